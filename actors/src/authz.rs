@@ -1,0 +1,211 @@
+//! The Authz table of the seed, as a pure function.
+//!
+//! Owns who may do what: SPAWN, STOP and DRAIN are primary-only; SEND is primary or architect;
+//! REPLY and ASK belong only to the member that owns the ticket or session; READ is open to
+//! members. The operator (outside every member, on the REST socket) holds every right except the
+//! member-owned ones. A process that is not a member may only ask who it is. Must never look at
+//! anything the caller sent to decide who the caller is: the [`Caller`] comes from the connection.
+
+use crate::error::{ErrorKind, FleetError};
+use crate::types::{Caller, MemberName, Role};
+
+/// What a caller wants to do, with just the facts the rule needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action<'a> {
+    Spawn,
+    Stop,
+    Drain,
+    Send,
+    /// Reply to a ticket whose target (the session that owns it) is `owner`.
+    Reply { owner: &'a MemberName },
+    /// Ask one's lead; `lead` is the lead the caller would ask, if it has one.
+    Ask { lead: Option<&'a MemberName> },
+    /// list, status, poll and ack of own tickets.
+    Read,
+    /// who am I: open to every process.
+    WhoAmI,
+}
+
+impl Action<'_> {
+    /// The rule's name, as refusals quote it.
+    pub fn rule(&self) -> &'static str {
+        match self {
+            Action::Spawn => "SPAWN",
+            Action::Stop => "STOP",
+            Action::Drain => "DRAIN",
+            Action::Send => "SEND",
+            Action::Reply { .. } => "REPLY",
+            Action::Ask { .. } => "ASK",
+            Action::Read => "READ",
+            Action::WhoAmI => "WHOAMI",
+        }
+    }
+}
+
+/// Decide whether `caller` may perform `action`. `what` names the call for the refusal text.
+pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(), FleetError> {
+    let refuse = |why: String, accepted: &str| {
+        Err(FleetError::new(ErrorKind::Forbidden, what, why, accepted).with_rule(action.rule()))
+    };
+    if matches!(action, Action::WhoAmI) {
+        return Ok(());
+    }
+    let member = match caller {
+        Caller::NotMember { .. } => {
+            return refuse(
+                format!("{} is not a fleet member; only fleet_whoami is open to it", caller.describe()),
+                "a call from a process running inside a member's terminal",
+            );
+        }
+        Caller::Operator => {
+            return match action {
+                Action::Reply { owner } => refuse(
+                    format!("only `{owner}`, the member that owns the ticket, may reply to it"),
+                    "fleet_reply from the member the ticket was sent to",
+                ),
+                Action::Ask { .. } => refuse(
+                    "the operator has no lead to ask".into(),
+                    "fleet_ask from a worker or architect",
+                ),
+                _ => Ok(()),
+            };
+        }
+        Caller::Member(m) => m,
+    };
+    match action {
+        Action::Spawn | Action::Stop | Action::Drain => {
+            if member.role == Role::Primary {
+                Ok(())
+            } else {
+                refuse(
+                    format!("{} may not {}; it is primary-only", caller.describe(), action.rule().to_lowercase()),
+                    "the same call from the primary (the lead)",
+                )
+            }
+        }
+        Action::Send => {
+            if matches!(member.role, Role::Primary | Role::Architect) {
+                Ok(())
+            } else {
+                refuse(
+                    format!("{} may not send; SEND is for the primary or an architect", caller.describe()),
+                    "fleet_reply to the ticket you were handed, or fleet_ask to ask your lead",
+                )
+            }
+        }
+        Action::Reply { owner } => {
+            if &member.name == *owner {
+                Ok(())
+            } else {
+                refuse(
+                    format!("the ticket belongs to `{owner}`, not to `{}`", member.name),
+                    "fleet_reply to a ticket that was sent to you",
+                )
+            }
+        }
+        Action::Ask { lead } => match lead {
+            Some(lead) if *lead != &member.name => Ok(()),
+            Some(_) => refuse(
+                "a member cannot ask itself".into(),
+                "fleet_ask from a member whose lead is another member",
+            ),
+            None => refuse(
+                format!("{} has no lead to ask (no live primary, and its spawner is gone)", caller.describe()),
+                "fleet_ask while a primary is running",
+            ),
+        },
+        Action::Read | Action::WhoAmI => Ok(()),
+    }
+}
+
+/// The coordinator row of `fleet_list` (coord-id, mailbox, held mail, peers) is for the primary
+/// only. The gate runs before the row is built: for anyone else the key is absent, not empty.
+/// The operator sees it too: it is the operator's daemon.
+pub fn coordinator_row_visible(caller: &Caller) -> bool {
+    match caller {
+        Caller::Operator => true,
+        Caller::Member(m) => m.role == Role::Primary,
+        Caller::NotMember { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::MemberIdentity;
+
+    fn member(name: &str, role: Role) -> Caller {
+        Caller::Member(MemberIdentity {
+            name: MemberName::new(name).unwrap(),
+            role,
+            slot: None,
+        })
+    }
+
+    /// The whole table, as data: (caller, action, allowed).
+    #[test]
+    fn the_table() {
+        let lead = member("lead", Role::Primary);
+        let arch = member("opus", Role::Architect);
+        let work = member("w1", Role::Worker);
+        let op = Caller::Operator;
+        let nm = Caller::NotMember { pid: Some(4) };
+        let w1 = MemberName::new("w1").unwrap();
+        let leadn = MemberName::new("lead").unwrap();
+        let rows: Vec<(&Caller, Action, bool)> = vec![
+            (&lead, Action::Spawn, true),
+            (&arch, Action::Spawn, false),
+            (&work, Action::Spawn, false),
+            (&op, Action::Spawn, true),
+            (&nm, Action::Spawn, false),
+            (&lead, Action::Stop, true),
+            (&arch, Action::Stop, false),
+            (&work, Action::Stop, false),
+            (&nm, Action::Stop, false),
+            (&lead, Action::Drain, true),
+            (&arch, Action::Drain, false),
+            (&work, Action::Drain, false),
+            (&lead, Action::Send, true),
+            (&arch, Action::Send, true),
+            (&work, Action::Send, false),
+            (&op, Action::Send, true),
+            (&nm, Action::Send, false),
+            (&work, Action::Reply { owner: &w1 }, true),
+            (&lead, Action::Reply { owner: &w1 }, false),
+            (&arch, Action::Reply { owner: &w1 }, false),
+            (&op, Action::Reply { owner: &w1 }, false),
+            (&nm, Action::Reply { owner: &w1 }, false),
+            (&work, Action::Ask { lead: Some(&leadn) }, true),
+            (&arch, Action::Ask { lead: Some(&leadn) }, true),
+            (&work, Action::Ask { lead: None }, false),
+            (&lead, Action::Ask { lead: Some(&leadn) }, false),
+            (&op, Action::Ask { lead: Some(&leadn) }, false),
+            (&nm, Action::Ask { lead: Some(&leadn) }, false),
+            (&lead, Action::Read, true),
+            (&arch, Action::Read, true),
+            (&work, Action::Read, true),
+            (&op, Action::Read, true),
+            (&nm, Action::Read, false),
+            (&nm, Action::WhoAmI, true),
+            (&work, Action::WhoAmI, true),
+        ];
+        for (caller, action, allowed) in rows {
+            let got = authorize(caller, &action, "call");
+            assert_eq!(got.is_ok(), allowed, "{caller:?} {action:?}: {got:?}");
+            if let Err(e) = got {
+                assert_eq!(e.rule.as_deref(), Some(action.rule()));
+                assert_eq!(e.kind, ErrorKind::Forbidden);
+                assert!(!e.accepted.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn coordinator_gate() {
+        assert!(coordinator_row_visible(&member("lead", Role::Primary)));
+        assert!(!coordinator_row_visible(&member("a", Role::Architect)));
+        assert!(!coordinator_row_visible(&member("w", Role::Worker)));
+        assert!(!coordinator_row_visible(&Caller::NotMember { pid: None }));
+        assert!(coordinator_row_visible(&Caller::Operator));
+    }
+}

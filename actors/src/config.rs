@@ -1,0 +1,513 @@
+//! The daemon's configuration: its TOML shape, the built-in default, validation, and compiled
+//! agent profiles.
+//!
+//! Owns parsing and checking config. Must never read files itself (callers hand it text) and
+//! never hold live state: a reload builds a new `Config` and swaps it in whole.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::error::FleetError;
+use crate::supervisor::policy::{Restart, RestartPolicy};
+use crate::types::Role;
+
+/// The built-in default config, commented; `fleetd config default` prints it.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("default-config.toml");
+
+/// Sections left out of a config file take their documented defaults; `architects`,
+/// `profiles` and `charters` left out are empty (the built-in default file fills them).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub daemon: DaemonConfig,
+    #[serde(default)]
+    pub lifecycle: LifecycleConfig,
+    #[serde(default)]
+    pub tickets: TicketConfig,
+    #[serde(default)]
+    pub injector: InjectorConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub api: ApiConfig,
+    #[serde(default)]
+    pub supervision: BTreeMap<String, RestartPolicyConfig>,
+    #[serde(default)]
+    pub architects: BTreeMap<String, ArchitectSlot>,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+    #[serde(default)]
+    pub charters: Charters,
+}
+
+impl Default for Config {
+    /// The built-in default (the demo's config).
+    fn default() -> Self {
+        match Config::parse(DEFAULT_CONFIG_TOML) {
+            Ok(c) => c,
+            // The default text is a compile-time constant covered by a unit test.
+            Err(e) => panic!("built-in default config does not parse: {e}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnShutdown {
+    Keep,
+    Stop,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DaemonConfig {
+    pub host: String,
+    pub on_shutdown: OnShutdown,
+    pub shutdown_deadline_secs: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            host: "local".into(),
+            on_shutdown: OnShutdown::Keep,
+            shutdown_deadline_secs: 10,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LifecycleConfig {
+    pub idle_ttl_seconds: u64,
+    pub idle_ttl_exempt: Vec<Role>,
+    pub spawn_wait_seconds: u64,
+    pub spawn_queue_max: usize,
+    pub stop_grace_ms: u64,
+    pub rows: u16,
+    pub cols: u16,
+    pub max_members: usize,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        LifecycleConfig {
+            idle_ttl_seconds: 1800,
+            idle_ttl_exempt: vec![],
+            spawn_wait_seconds: 60,
+            spawn_queue_max: 8,
+            stop_grace_ms: 3000,
+            rows: 40,
+            cols: 120,
+            max_members: 256,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TicketConfig {
+    pub ttl_seconds: u64,
+    pub ask_wait_seconds: u64,
+    pub send_wait_max_seconds: u64,
+    pub retention: usize,
+    pub tail_lines: usize,
+}
+
+impl Default for TicketConfig {
+    fn default() -> Self {
+        TicketConfig {
+            ttl_seconds: 600,
+            ask_wait_seconds: 55,
+            send_wait_max_seconds: 50,
+            retention: 10_000,
+            tail_lines: 40,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct InjectorConfig {
+    pub max_message_bytes: usize,
+    pub max_queue: usize,
+    pub accept_timeout_ms: u64,
+}
+
+impl Default for InjectorConfig {
+    fn default() -> Self {
+        InjectorConfig {
+            max_message_bytes: 16 * 1024,
+            max_queue: 256,
+            accept_timeout_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    pub mailbox: usize,
+    pub max_request_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            mailbox: 1024,
+            max_request_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    pub tcp: Option<String>,
+    pub token_file: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RestartPolicyConfig {
+    pub restart: Restart,
+    pub max_restarts: u32,
+    pub window_secs: u64,
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for RestartPolicyConfig {
+    fn default() -> Self {
+        RestartPolicyConfig {
+            restart: Restart::Permanent,
+            max_restarts: 5,
+            window_secs: 60,
+            backoff_initial_ms: 50,
+            backoff_max_ms: 2000,
+        }
+    }
+}
+
+impl RestartPolicyConfig {
+    pub fn policy(&self) -> RestartPolicy {
+        RestartPolicy {
+            restart: self.restart,
+            max_restarts: self.max_restarts,
+            window_ms: self.window_secs.saturating_mul(1000),
+            backoff_initial_ms: self.backoff_initial_ms,
+            backoff_max_ms: self.backoff_max_ms.max(self.backoff_initial_ms),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArchitectSlot {
+    pub profile: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub description: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Profile {
+    pub command: Vec<String>,
+    pub prompt: String,
+    pub busy: Option<String>,
+    pub blocked: Option<String>,
+    pub permission: Option<String>,
+    pub permission_injectable: bool,
+    pub stable_ms: u64,
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Profile {
+            command: vec![],
+            prompt: r"(?m)[$#>%] $".into(),
+            busy: None,
+            blocked: None,
+            permission: None,
+            permission_injectable: false,
+            stable_ms: 300,
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Charters {
+    pub primary: String,
+    pub architect: String,
+    pub worker: String,
+    pub reply: String,
+}
+
+impl Charters {
+    /// The text a member of `role` receives at spawn: its role charter composed with the reply
+    /// charter.
+    pub fn compose(&self, role: Role) -> String {
+        let role_text = match role {
+            Role::Primary => &self.primary,
+            Role::Architect => &self.architect,
+            Role::Worker => &self.worker,
+        };
+        let mut out = String::new();
+        out.push_str(role_text.trim());
+        if !self.reply.trim().is_empty() {
+            out.push_str("\n\n");
+            out.push_str(self.reply.trim());
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// A profile with its regexes compiled, as the slot core uses it.
+#[derive(Clone, Debug)]
+pub struct CompiledProfile {
+    pub name: String,
+    pub prompt: Regex,
+    pub busy: Option<Regex>,
+    pub blocked: Option<Regex>,
+    pub permission: Option<Regex>,
+    pub permission_injectable: bool,
+    pub stable_ms: u64,
+}
+
+impl CompiledProfile {
+    pub fn compile(name: &str, p: &Profile) -> Result<Self, FleetError> {
+        let re = |field: &str, src: &str| {
+            Regex::new(src).map_err(|e| {
+                FleetError::invalid(
+                    format!("profiles.{name}.{field}"),
+                    format!("it is not a valid regex: {e}"),
+                    "a regex in Rust `regex` syntax",
+                )
+            })
+        };
+        let opt = |field: &str, src: &Option<String>| src.as_deref().map(|s| re(field, s)).transpose();
+        Ok(CompiledProfile {
+            name: name.to_string(),
+            prompt: re("prompt", &p.prompt)?,
+            busy: opt("busy", &p.busy)?,
+            blocked: opt("blocked", &p.blocked)?,
+            permission: opt("permission", &p.permission)?,
+            permission_injectable: p.permission_injectable,
+            stable_ms: p.stable_ms,
+        })
+    }
+}
+
+impl Config {
+    /// Parse TOML text; unknown keys are errors so typos do not pass silently.
+    pub fn parse(text: &str) -> Result<Config, FleetError> {
+        toml::from_str::<Config>(text).map_err(|e| {
+            FleetError::invalid("config", e.to_string().trim().to_string(), "TOML in the shape `fleetd config default` prints")
+        })
+    }
+
+    /// The restart policy for a child kind (`registry`, `tickets`, `slot`, `injector`, `api`).
+    pub fn restart_policy(&self, kind: &str) -> RestartPolicy {
+        self.supervision
+            .get(kind)
+            .or_else(|| self.supervision.get("default"))
+            .cloned()
+            .unwrap_or_default()
+            .policy()
+    }
+
+    /// The profile a spawn uses: the one named, else the architect slot's, else `sim`.
+    pub fn profile_for(&self, role: Role, slot: Option<&str>, requested: Option<&str>) -> String {
+        if let Some(p) = requested {
+            return p.to_string();
+        }
+        if role == Role::Architect
+            && let Some(p) = slot.and_then(|s| self.architects.get(s)).and_then(|a| a.profile.clone())
+        {
+            return p;
+        }
+        "sim".to_string()
+    }
+
+    pub fn compiled_profile(&self, name: &str) -> Result<CompiledProfile, FleetError> {
+        let p = self.profiles.get(name).ok_or_else(|| {
+            FleetError::not_found(
+                format!("profile `{name}`"),
+                "no such profile in config",
+                format!("one of: {}", self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")),
+            )
+        })?;
+        CompiledProfile::compile(name, p)
+    }
+
+    /// Every problem with this config, as readable lines; empty means it is good.
+    /// `known_tools` is the tool surface the MCP server registers: a charter that names any
+    /// other `fleet_*` tool is a problem.
+    pub fn check(&self, known_tools: &[&str]) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (name, p) in &self.profiles {
+            if let Err(e) = CompiledProfile::compile(name, p) {
+                problems.push(e.to_string());
+            }
+            if p.command.is_empty() {
+                problems.push(format!("profiles.{name}.command is empty: give the agent's argv"));
+            }
+        }
+        for (slot, a) in &self.architects {
+            if let Some(p) = &a.profile
+                && !self.profiles.contains_key(p)
+            {
+                problems.push(format!("architects.{slot}.profile names `{p}`, which is not a configured profile"));
+            }
+            if crate::types::MemberName::new(slot).is_err() {
+                problems.push(format!("architects.{slot}: a slot name must be a valid member name"));
+            }
+        }
+        if self.lifecycle.rows < 2 || self.lifecycle.cols < 10 {
+            problems.push("lifecycle.rows must be >= 2 and lifecycle.cols >= 10".into());
+        }
+        for (field, v) in [
+            ("injector.max_message_bytes", self.injector.max_message_bytes),
+            ("injector.max_queue", self.injector.max_queue),
+            ("limits.mailbox", self.limits.mailbox),
+            ("lifecycle.max_members", self.lifecycle.max_members),
+        ] {
+            if v == 0 {
+                problems.push(format!("{field} must be greater than 0"));
+            }
+        }
+        for (kind, p) in &self.supervision {
+            if !["default", "registry", "tickets", "slot", "injector", "api"].contains(&kind.as_str()) {
+                problems.push(format!(
+                    "supervision.{kind} is not a child kind (default, registry, tickets, slot, injector, api)"
+                ));
+            }
+            if p.max_restarts == 0 && p.restart != Restart::Temporary {
+                problems.push(format!("supervision.{kind}.max_restarts is 0: any failure would escalate"));
+            }
+        }
+        for (role, text) in [
+            ("primary", &self.charters.primary),
+            ("architect", &self.charters.architect),
+            ("worker", &self.charters.worker),
+            ("reply", &self.charters.reply),
+        ] {
+            for tool in tool_names_in(text) {
+                if !known_tools.contains(&tool.as_str()) {
+                    problems.push(format!(
+                        "charters.{role} names `{tool}`, a tool the server does not register (registered: {})",
+                        known_tools.join(", ")
+                    ));
+                }
+            }
+        }
+        if let Some(addr) = &self.api.tcp {
+            match addr.parse::<std::net::SocketAddr>() {
+                Ok(a) if a.ip().is_loopback() => {
+                    if self.api.token_file.is_none() {
+                        problems.push("api.tcp is set but api.token_file is not: the TCP listener needs a bearer token".into());
+                    }
+                }
+                Ok(_) => problems.push(format!("api.tcp `{addr}` is not a loopback address")),
+                Err(e) => problems.push(format!("api.tcp `{addr}`: {e}")),
+            }
+        }
+        problems
+    }
+}
+
+/// Every `fleet_*` or `bridge_*` tool-like name in a text.
+pub fn tool_names_in(text: &str) -> Vec<String> {
+    // A literal pattern; compiling it cannot fail.
+    let re = Regex::new(r"\b(?:fleet|bridge)_[a-z][a-z_]*\b").expect("static regex");
+    let mut out: Vec<String> = re.find_iter(text).map(|m| m.as_str().to_string()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOLS: &[&str] = &[
+        "fleet_spawn",
+        "fleet_send",
+        "fleet_reply",
+        "fleet_ask",
+        "fleet_poll",
+        "fleet_ack",
+        "fleet_list",
+        "fleet_status",
+        "fleet_stop",
+        "fleet_whoami",
+    ];
+
+    #[test]
+    fn default_parses_and_checks_clean() {
+        let c = Config::default();
+        assert!(c.architects.contains_key("opus"));
+        assert!(c.architects.contains_key("sol"));
+        assert_eq!(c.lifecycle.idle_ttl_seconds, 1800);
+        assert_eq!(c.tickets.ttl_seconds, 600);
+        assert_eq!(c.tickets.ask_wait_seconds, 55);
+        assert_eq!(c.check(TOOLS), Vec::<String>::new());
+        for name in c.profiles.keys() {
+            c.compiled_profile(name).unwrap();
+        }
+    }
+
+    #[test]
+    fn serde_defaults_match_the_default_text() {
+        let c = Config::default();
+        assert_eq!(c.daemon, DaemonConfig::default());
+        assert_eq!(c.lifecycle, LifecycleConfig::default());
+        assert_eq!(c.tickets, TicketConfig::default());
+        assert_eq!(c.injector, InjectorConfig::default());
+        assert_eq!(c.limits, Limits::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = Config::parse("[lifecycle]\nidle_ttl = 5\n").unwrap_err();
+        assert!(e.to_string().contains("idle_ttl"), "{e}");
+    }
+
+    #[test]
+    fn charter_naming_unknown_tool_fails_check() {
+        let mut c = Config::default();
+        c.charters.architect = "call bridge_send and fleet_sned".into();
+        let p = c.check(TOOLS);
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("bridge_send"));
+        assert!(p[1].contains("fleet_sned"));
+    }
+
+    #[test]
+    fn bad_regex_and_bad_profile_ref_fail_check() {
+        let mut c = Config::default();
+        c.profiles.get_mut("sim").unwrap().prompt = "(".into();
+        c.architects.get_mut("opus").unwrap().profile = Some("nope".into());
+        let p = c.check(TOOLS);
+        assert!(p.iter().any(|l| l.contains("profiles.sim.prompt")), "{p:?}");
+        assert!(p.iter().any(|l| l.contains("`nope`")), "{p:?}");
+    }
+
+    #[test]
+    fn charter_composition() {
+        let c = Config::default();
+        let w = c.charters.compose(Role::Worker);
+        assert!(w.contains("You are a worker"));
+        assert!(w.contains("fleet_reply"));
+        let p = c.charters.compose(Role::Primary);
+        assert!(p.starts_with("You are the lead"));
+        assert!(p.contains("carries a ticket id"));
+    }
+}

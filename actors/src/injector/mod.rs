@@ -1,0 +1,3 @@
+//! See `state.rs` for the rules and `actor.rs` for the shell.
+
+pub mod state;

@@ -1,0 +1,487 @@
+//! The injector core: one durable FIFO per target, delivered only when the target can take it.
+//!
+//! Owns the delivery rules: a message lands only while the target is `idle` (or `blocked` with
+//! an injectable dialog), at most one per turn (the next waits for the next idle), in send order;
+//! and every message's receipt, `queued -> delivered -> accepted | stalled`, or `failed` when the
+//! target is gone. Pure: the shell persists each [`Effect::Save`] before it performs the effects
+//! after it (so a receipt is durable before anyone is told, and `delivered` is durable before the
+//! paste: a crash can stall a message, never paste it twice). Must never touch a terminal.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::FleetError;
+use crate::types::{MemberName, Millis, MsgId, Party, Status, TicketId};
+
+/// Where a message is. Every message is always in exactly one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiptState {
+    /// Durable in the target's queue, waiting for the target to be injectable.
+    Queued,
+    /// Pasted into the target's terminal, followed by Enter.
+    Delivered,
+    /// The target left idle after the Enter: it took the message.
+    Accepted,
+    /// The target did not leave idle within the accept timeout. Reported, not retried blindly;
+    /// it still turns `accepted` if the target later starts work.
+    Stalled,
+    /// It can never be delivered (the target exited); `note` says why.
+    Failed,
+}
+
+impl ReceiptState {
+    /// Final states: the message left the queue.
+    pub fn is_final(self) -> bool {
+        matches!(self, ReceiptState::Accepted | ReceiptState::Failed)
+    }
+}
+
+/// A message with its receipt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: MsgId,
+    pub target: MemberName,
+    pub from: Party,
+    pub ticket: Option<TicketId>,
+    pub body: String,
+    pub state: ReceiptState,
+    pub queued_at: Millis,
+    pub delivered_at: Option<Millis>,
+    /// When it became accepted, stalled or failed.
+    pub settled_at: Option<Millis>,
+    pub note: Option<String>,
+}
+
+/// What the shell must do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Persist this message's new state (durably) before the effects that follow.
+    Save(Message),
+    /// Paste the message (bracketed paste + Enter) into the target's terminal.
+    Deliver(Message),
+    /// The turn that took this message ended (the target is idle again).
+    TurnEnded { msg: MsgId, ticket: Option<TicketId> },
+}
+
+/// Injector limits from config.
+#[derive(Clone, Debug)]
+pub struct InjectorLimits {
+    pub max_queue: usize,
+    pub accept_timeout_ms: Millis,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Free to deliver at the next injectable status.
+    Ready,
+    /// Pasted; waiting for the target to leave the status it had at delivery.
+    AwaitingAccept { msg: Message, delivered_while: Status },
+    /// Not accepted in time; held until the target shows activity.
+    Stalled { msg: Message, delivered_while: Status },
+    /// Accepted; the next message waits for this turn to end.
+    AwaitingTurnEnd { msg: Message },
+}
+
+/// The view of the target the injector acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TargetView {
+    pub status: Status,
+    /// For `blocked`: whether the dialog on screen may be answered by a message.
+    pub injectable: bool,
+}
+
+impl TargetView {
+    pub fn can_take(&self) -> bool {
+        match self.status {
+            Status::Idle => true,
+            Status::Blocked => self.injectable,
+            _ => false,
+        }
+    }
+}
+
+/// One target's queue.
+#[derive(Clone, Debug)]
+pub struct Injector {
+    target: MemberName,
+    queue: VecDeque<Message>,
+    phase: Phase,
+    view: TargetView,
+    limits: InjectorLimits,
+    closed: Option<String>,
+}
+
+impl Injector {
+    /// Rebuild from the store: `pending` are this target's messages in a non-final state, in id
+    /// order. A message that was `delivered` or `stalled` resumes as the one in flight.
+    pub fn new(target: MemberName, pending: Vec<Message>, limits: InjectorLimits) -> Self {
+        let mut queue = VecDeque::new();
+        let mut phase = Phase::Ready;
+        for m in pending {
+            match m.state {
+                ReceiptState::Delivered if phase == Phase::Ready => {
+                    phase = Phase::AwaitingAccept { msg: m, delivered_while: Status::Idle }
+                }
+                ReceiptState::Stalled if phase == Phase::Ready => {
+                    phase = Phase::Stalled { msg: m, delivered_while: Status::Idle }
+                }
+                _ => queue.push_back(m),
+            }
+        }
+        Injector {
+            target,
+            queue,
+            phase,
+            view: TargetView { status: Status::Starting, injectable: false },
+            limits,
+            closed: None,
+        }
+    }
+
+    pub fn set_limits(&mut self, limits: InjectorLimits) {
+        self.limits = limits;
+    }
+
+    pub fn target(&self) -> &MemberName {
+        &self.target
+    }
+
+    /// Messages waiting (not counting the one in flight).
+    pub fn queued(&self) -> impl Iterator<Item = &Message> {
+        self.queue.iter()
+    }
+
+    /// The message in flight (delivered, stalled, or in its turn), if any.
+    pub fn in_flight(&self) -> Option<&Message> {
+        match &self.phase {
+            Phase::Ready => None,
+            Phase::AwaitingAccept { msg, .. } | Phase::Stalled { msg, .. } | Phase::AwaitingTurnEnd { msg } => {
+                Some(msg)
+            }
+        }
+    }
+
+    /// Whether the queue is held behind a stalled message.
+    pub fn is_stalled(&self) -> bool {
+        matches!(self.phase, Phase::Stalled { .. })
+    }
+
+    /// When the in-flight message stalls if the target does not take it.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        match &self.phase {
+            Phase::AwaitingAccept { msg, .. } => msg.delivered_at.map(|d| d + self.limits.accept_timeout_ms),
+            _ => None,
+        }
+    }
+
+    /// Accept a message into the queue. Refused when the target is gone or the queue is full.
+    pub fn enqueue(&mut self, mut msg: Message, now: Millis) -> Result<Vec<Effect>, FleetError> {
+        if let Some(why) = &self.closed {
+            return Err(FleetError::conflict(
+                format!("message to `{}`", self.target),
+                format!("`{}` has exited ({why})", self.target),
+                "a message to a live member (see fleet_list)",
+            ));
+        }
+        let depth = self.queue.len() + usize::from(self.phase != Phase::Ready);
+        if depth >= self.limits.max_queue {
+            return Err(FleetError::overloaded(
+                format!("message to `{}`", self.target),
+                format!(
+                    "{depth} messages already wait for `{}` (injector.max_queue = {})",
+                    self.target, self.limits.max_queue
+                ),
+                "the same message once the target has worked through its queue",
+            ));
+        }
+        msg.state = ReceiptState::Queued;
+        msg.queued_at = now;
+        let mut fx = vec![Effect::Save(msg.clone())];
+        self.queue.push_back(msg);
+        self.try_deliver(now, &mut fx);
+        Ok(fx)
+    }
+
+    /// The target's status changed.
+    pub fn target_status(&mut self, view: TargetView, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        self.view = view;
+        if view.status == Status::Exited {
+            self.close("the target exited", now, &mut fx);
+            return fx;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::AwaitingAccept { msg, delivered_while } | Phase::Stalled { msg, delivered_while }
+                if view.status != delivered_while =>
+            {
+                let mut msg = msg;
+                msg.state = ReceiptState::Accepted;
+                msg.settled_at = Some(now);
+                fx.push(Effect::Save(msg.clone()));
+                if view.can_take() {
+                    // It took the message and is already back: the turn was quick.
+                    fx.push(Effect::TurnEnded { msg: msg.id, ticket: msg.ticket });
+                } else {
+                    self.phase = Phase::AwaitingTurnEnd { msg };
+                }
+            }
+            Phase::AwaitingTurnEnd { msg } if view.can_take() => {
+                fx.push(Effect::TurnEnded { msg: msg.id, ticket: msg.ticket });
+            }
+            other => self.phase = other,
+        }
+        self.try_deliver(now, &mut fx);
+        fx
+    }
+
+    /// Time passed: a delivered message not taken in time becomes `stalled`.
+    pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        if let Some(deadline) = self.next_deadline()
+            && now >= deadline
+            && let Phase::AwaitingAccept { mut msg, delivered_while } =
+                std::mem::replace(&mut self.phase, Phase::Ready)
+        {
+            msg.state = ReceiptState::Stalled;
+            msg.settled_at = Some(now);
+            msg.note = Some(format!(
+                "`{}` did not leave {} within {} ms of the Enter; held, not retried",
+                self.target, delivered_while, self.limits.accept_timeout_ms
+            ));
+            fx.push(Effect::Save(msg.clone()));
+            self.phase = Phase::Stalled { msg, delivered_while };
+        }
+        fx
+    }
+
+    /// The paste could not be written (the terminal is gone).
+    pub fn delivery_failed(&mut self, id: MsgId, why: &str, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        if let Phase::AwaitingAccept { msg, .. } = &self.phase
+            && msg.id == id
+        {
+            let mut msg = msg.clone();
+            self.phase = Phase::Ready;
+            msg.state = ReceiptState::Failed;
+            msg.settled_at = Some(now);
+            msg.note = Some(format!("the paste could not be written: {why}"));
+            fx.push(Effect::Save(msg));
+        }
+        fx
+    }
+
+    fn close(&mut self, why: &str, now: Millis, fx: &mut Vec<Effect>) {
+        self.closed = Some(why.to_string());
+        let inflight = match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::AwaitingAccept { msg, .. } | Phase::Stalled { msg, .. } => Some(msg),
+            Phase::AwaitingTurnEnd { .. } | Phase::Ready => None,
+        };
+        for mut msg in inflight.into_iter().chain(self.queue.drain(..)) {
+            msg.state = ReceiptState::Failed;
+            msg.settled_at = Some(now);
+            msg.note = Some(format!("undeliverable: {why}"));
+            fx.push(Effect::Save(msg));
+        }
+    }
+
+    fn try_deliver(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        if self.closed.is_some() || self.phase != Phase::Ready || !self.view.can_take() {
+            return;
+        }
+        let Some(mut msg) = self.queue.pop_front() else {
+            return;
+        };
+        msg.state = ReceiptState::Delivered;
+        msg.delivered_at = Some(now);
+        fx.push(Effect::Save(msg.clone()));
+        fx.push(Effect::Deliver(msg.clone()));
+        self.phase = Phase::AwaitingAccept {
+            msg,
+            delivered_while: self.view.status,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn target() -> MemberName {
+        MemberName::new("w1").unwrap()
+    }
+
+    fn inj(max: usize) -> Injector {
+        Injector::new(target(), vec![], InjectorLimits { max_queue: max, accept_timeout_ms: 1_000 })
+    }
+
+    fn msg(id: u64) -> Message {
+        Message {
+            id: MsgId(id),
+            target: target(),
+            from: Party::Operator,
+            ticket: Some(TicketId(id)),
+            body: format!("m{id}"),
+            state: ReceiptState::Queued,
+            queued_at: 0,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+        }
+    }
+
+    fn view(status: Status) -> TargetView {
+        TargetView { status, injectable: status != Status::Blocked }
+    }
+
+    fn delivered(fx: &[Effect]) -> Vec<u64> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Deliver(m) => Some(m.id.0),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn waits_for_idle_then_one_per_turn_in_order() {
+        let mut i = inj(10);
+        assert!(delivered(&i.enqueue(msg(1), 0).unwrap()).is_empty());
+        assert!(delivered(&i.enqueue(msg(2), 0).unwrap()).is_empty());
+        assert!(delivered(&i.target_status(view(Status::Working), 1)).is_empty());
+        // Idle: exactly the first.
+        let fx = i.target_status(view(Status::Idle), 2);
+        assert_eq!(delivered(&fx), vec![1]);
+        // Save(delivered) comes before the Deliver effect.
+        assert!(matches!(&fx[0], Effect::Save(m) if m.state == ReceiptState::Delivered));
+        // Still idle (no change): nothing more.
+        assert!(delivered(&i.target_status(view(Status::Idle), 3)).is_empty());
+        // It starts working: accepted, and the second waits.
+        let fx = i.target_status(view(Status::Working), 4);
+        assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Accepted)));
+        assert!(delivered(&fx).is_empty());
+        // Turn ends: the next idle takes the second.
+        let fx = i.target_status(view(Status::Idle), 5);
+        assert!(fx.contains(&Effect::TurnEnded { msg: MsgId(1), ticket: Some(TicketId(1)) }));
+        assert_eq!(delivered(&fx), vec![2]);
+    }
+
+    #[test]
+    fn stall_is_reported_and_held_then_late_accept() {
+        let mut i = inj(10);
+        i.enqueue(msg(1), 0).unwrap();
+        i.enqueue(msg(2), 0).unwrap();
+        assert_eq!(delivered(&i.target_status(view(Status::Idle), 10)), vec![1]);
+        assert!(i.tick(1_009).is_empty());
+        let fx = i.tick(1_010);
+        assert!(matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled && m.note.is_some()));
+        // Held: the idle target does not get the next message pasted on top.
+        assert!(delivered(&i.target_status(view(Status::Idle), 1_100)).is_empty());
+        assert!(i.is_stalled());
+        // The target starts work after all: the stalled message is accepted late.
+        let fx = i.target_status(view(Status::Working), 1_200);
+        assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Accepted)));
+        assert_eq!(delivered(&i.target_status(view(Status::Idle), 1_300)), vec![2]);
+    }
+
+    #[test]
+    fn permission_dialog_is_not_injectable_but_a_question_is() {
+        let mut i = inj(10);
+        i.enqueue(msg(1), 0).unwrap();
+        let fx = i.target_status(TargetView { status: Status::Blocked, injectable: false }, 1);
+        assert!(delivered(&fx).is_empty());
+        let fx = i.target_status(TargetView { status: Status::Blocked, injectable: true }, 2);
+        assert_eq!(delivered(&fx), vec![1]);
+        // Leaving blocked is acceptance.
+        let fx = i.target_status(view(Status::Working), 3);
+        assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.state == ReceiptState::Accepted)));
+    }
+
+    #[test]
+    fn bounded_queue_and_exit_fails_everything() {
+        let mut i = inj(2);
+        i.enqueue(msg(1), 0).unwrap();
+        i.enqueue(msg(2), 0).unwrap();
+        let e = i.enqueue(msg(3), 0).unwrap_err();
+        assert!(e.why.contains("injector.max_queue = 2"), "{e}");
+        let fx = i.target_status(view(Status::Exited), 5);
+        let failed: Vec<_> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Save(m) if m.state == ReceiptState::Failed => Some(m.id.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed, vec![1, 2]);
+        assert!(i.enqueue(msg(4), 6).is_err());
+    }
+
+    #[test]
+    fn rebuild_resumes_in_flight_message() {
+        let mut d = msg(1);
+        d.state = ReceiptState::Delivered;
+        d.delivered_at = Some(100);
+        let mut i = Injector::new(target(), vec![d, msg(2)], InjectorLimits { max_queue: 5, accept_timeout_ms: 50 });
+        assert_eq!(i.in_flight().map(|m| m.id), Some(MsgId(1)));
+        // Not delivered twice on the first idle after a restart.
+        assert!(delivered(&i.target_status(view(Status::Idle), 110)).is_empty());
+        assert!(matches!(&i.tick(150)[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Ev {
+        Send,
+        Status(u8),
+        Tick(u16),
+    }
+
+    proptest! {
+        /// For any interleaving: deliveries follow send order, never two messages in one turn
+        /// (between deliveries the target left the delivery status and came back), only to an
+        /// injectable target, and every message is in exactly one state at the end.
+        #[test]
+        fn fifo_and_one_per_turn(evs in proptest::collection::vec(prop_oneof![
+            Just(Ev::Send),
+            (0u8..5).prop_map(Ev::Status),
+            (0u16..1500).prop_map(Ev::Tick),
+        ], 1..120)) {
+            let mut i = inj(1000);
+            let mut now = 0u64;
+            let mut next = 1u64;
+            let mut order = vec![];
+            let mut status = Status::Starting;
+            let mut left_since_delivery = true;
+            let mut states: std::collections::BTreeMap<u64, ReceiptState> = Default::default();
+            for e in evs {
+                let fx = match e {
+                    Ev::Send => { let id = next; next += 1; i.enqueue(msg(id), now).unwrap() }
+                    Ev::Status(s) => {
+                        let st = [Status::Working, Status::Idle, Status::Blocked, Status::Idle, Status::Working][s as usize];
+                        if st != status { left_since_delivery = true; }
+                        status = st;
+                        i.target_status(TargetView { status: st, injectable: s != 2 }, now)
+                    }
+                    Ev::Tick(dt) => { now += dt as u64; i.tick(now) }
+                };
+                for f in fx {
+                    match f {
+                        Effect::Deliver(m) => {
+                            prop_assert!(status == Status::Idle || status == Status::Blocked);
+                            prop_assert!(left_since_delivery, "two deliveries in one turn");
+                            left_since_delivery = false;
+                            order.push(m.id.0);
+                        }
+                        Effect::Save(m) => { states.insert(m.id.0, m.state); }
+                        Effect::TurnEnded { .. } => {}
+                    }
+                }
+            }
+            let mut sorted = order.clone();
+            sorted.sort();
+            prop_assert_eq!(&order, &sorted, "not FIFO");
+            prop_assert_eq!(states.len() as u64, next - 1, "a message with no recorded state");
+        }
+    }
+}

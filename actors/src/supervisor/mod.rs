@@ -1,0 +1,3 @@
+//! Supervision: the restart policy core and the supervisor shell.
+
+pub mod policy;
