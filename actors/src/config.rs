@@ -222,6 +222,8 @@ pub struct Profile {
     pub permission: Option<String>,
     pub permission_injectable: bool,
     pub stable_ms: u64,
+    /// Pause between the paste and its Enter, for TUIs that swallow an Enter sent too soon.
+    pub enter_delay_ms: u64,
     pub env: BTreeMap<String, String>,
 }
 
@@ -235,6 +237,7 @@ impl Default for Profile {
             permission: None,
             permission_injectable: false,
             stable_ms: 300,
+            enter_delay_ms: 0,
             env: BTreeMap::new(),
         }
     }
@@ -279,6 +282,7 @@ pub struct CompiledProfile {
     pub permission: Option<Regex>,
     pub permission_injectable: bool,
     pub stable_ms: u64,
+    pub enter_delay_ms: u64,
 }
 
 impl CompiledProfile {
@@ -301,6 +305,7 @@ impl CompiledProfile {
             permission: opt("permission", &p.permission)?,
             permission_injectable: p.permission_injectable,
             stable_ms: p.stable_ms,
+            enter_delay_ms: p.enter_delay_ms,
         })
     }
 }

@@ -54,6 +54,15 @@ pub struct Message {
     pub note: Option<String>,
 }
 
+/// The text a message is delivered as: a one-line header naming the ticket and the sender,
+/// then the body. Agents (and the reply charter) rely on `ticket t-N` being in the header.
+pub fn delivery_text(msg: &Message) -> String {
+    match msg.ticket {
+        Some(t) => format!("[fleet ticket {t} from {} · answer with fleet_reply]\n{}", msg.from, msg.body),
+        None => format!("[fleet message from {}]\n{}", msg.from, msg.body),
+    }
+}
+
 /// What the shell must do, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {

@@ -119,6 +119,18 @@ impl SlotCore {
             self.status_since = since;
             self.injectable = status == Status::Idle;
         }
+        // Classify the restored screen once it has been still for the window.
+        self.dirty = true;
+    }
+
+    /// The terminal was resized.
+    pub fn resize(&mut self, rows: u16, cols: u16) {
+        self.parser.screen_mut().set_size(nz(rows, 40), nz(cols, 120));
+    }
+
+    pub fn size(&self) -> (u16, u16) {
+        let (r, c) = self.parser.screen().size();
+        (r.get(), c.get())
     }
 
     pub fn set_profile(&mut self, profile: CompiledProfile) {

@@ -1,0 +1,319 @@
+//! The shared context every actor shell gets: the store, the event bus, the clock, the live
+//! config, the terminal backend, the directory of current actor references, and the pid index
+//! the daemon resolves callers with.
+//!
+//! Owns how actors find each other across restarts (each actor registers itself in
+//! `pre_start` and removes itself in `post_stop`) and the bound on requests in flight per
+//! actor. Must never hold product rules: those live in the cores.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::error::FleetError;
+use crate::events::EventBus;
+use crate::store::Store;
+use crate::term::TermBackend;
+use crate::types::{MemberIdentity, MemberName, Millis};
+
+/// A reference to an actor with a bound on the requests in flight to it. Every request from
+/// outside the actors (MCP, REST) goes through [`Mailbox::call`], so no actor's mailbox grows
+/// past `limits.mailbox` because of callers; internal traffic is bounded by construction
+/// (bounded channels from terminals, one timer per actor).
+pub struct Mailbox<M: ractor::Message> {
+    pub actor: ActorRef<M>,
+    permits: Arc<Semaphore>,
+    cap: usize,
+    label: String,
+}
+
+impl<M: ractor::Message> Clone for Mailbox<M> {
+    fn clone(&self) -> Self {
+        Mailbox {
+            actor: self.actor.clone(),
+            permits: self.permits.clone(),
+            cap: self.cap,
+            label: self.label.clone(),
+        }
+    }
+}
+
+impl<M: ractor::Message> Mailbox<M> {
+    pub fn new(actor: ActorRef<M>, cap: usize, label: impl Into<String>) -> Self {
+        Mailbox {
+            actor,
+            permits: Arc::new(Semaphore::new(cap.max(1))),
+            cap: cap.max(1),
+            label: label.into(),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Ask the actor and wait (bounded) for its answer.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<R>) -> M,
+        timeout: Duration,
+    ) -> Result<R, FleetError> {
+        let _permit = self.permits.clone().try_acquire_owned().map_err(|_| {
+            FleetError::overloaded(
+                format!("a request to {}", self.label),
+                format!("{} requests are already in flight to it (limits.mailbox = {})", self.cap, self.cap),
+                "the same request once the daemon has caught up",
+            )
+        })?;
+        match self.actor.call(build, Some(timeout)).await {
+            Ok(CallResult::Success(r)) => Ok(r),
+            Ok(CallResult::Timeout) => Err(FleetError::timeout(
+                format!("a request to {}", self.label),
+                format!("no answer within {} ms", timeout.as_millis()),
+                "the same request again; if it keeps timing out, see the daemon log",
+            )),
+            Ok(CallResult::SenderError) | Err(_) => Err(FleetError::unavailable(
+                format!("a request to {}", self.label),
+                "the actor stopped or is restarting",
+            )),
+        }
+    }
+
+    /// Send without waiting (internal traffic only).
+    pub fn cast(&self, msg: M) {
+        if self.actor.cast(msg).is_err() {
+            tracing::debug!(actor = %self.label, "cast to a stopped actor dropped");
+        }
+    }
+}
+
+/// Where each actor currently lives. Entries change when an actor restarts.
+pub struct Directory<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> {
+    registry: RwLock<Option<Mailbox<R>>>,
+    tickets: RwLock<Option<Mailbox<T>>>,
+    slots: RwLock<HashMap<MemberName, Mailbox<S>>>,
+    injectors: RwLock<HashMap<MemberName, Mailbox<I>>>,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Default for Directory<R, T, S, I> {
+    fn default() -> Self {
+        Directory {
+            registry: RwLock::new(None),
+            tickets: RwLock::new(None),
+            slots: RwLock::new(HashMap::new()),
+            injectors: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Directory<R, T, S, I> {
+    pub fn registry(&self) -> Result<Mailbox<R>, FleetError> {
+        read(&self.registry)
+            .clone()
+            .ok_or_else(|| FleetError::unavailable("the registry", "it is restarting"))
+    }
+    pub fn set_registry(&self, m: Option<Mailbox<R>>) {
+        *write(&self.registry) = m;
+    }
+    pub fn tickets(&self) -> Result<Mailbox<T>, FleetError> {
+        read(&self.tickets)
+            .clone()
+            .ok_or_else(|| FleetError::unavailable("the ticket desk", "it is restarting"))
+    }
+    pub fn set_tickets(&self, m: Option<Mailbox<T>>) {
+        *write(&self.tickets) = m;
+    }
+    pub fn slot(&self, name: &MemberName) -> Option<Mailbox<S>> {
+        read(&self.slots).get(name).cloned()
+    }
+    pub fn set_slot(&self, name: &MemberName, m: Mailbox<S>) {
+        write(&self.slots).insert(name.clone(), m);
+    }
+    /// Remove `name`'s slot entry if it still points at actor `id`.
+    pub fn remove_slot(&self, name: &MemberName, id: ractor::ActorId) {
+        let mut g = write(&self.slots);
+        if g.get(name).is_some_and(|m| m.actor.get_id() == id) {
+            g.remove(name);
+        }
+    }
+    pub fn injector(&self, name: &MemberName) -> Option<Mailbox<I>> {
+        read(&self.injectors).get(name).cloned()
+    }
+    pub fn set_injector(&self, name: &MemberName, m: Mailbox<I>) {
+        write(&self.injectors).insert(name.clone(), m);
+    }
+    pub fn remove_injector(&self, name: &MemberName, id: ractor::ActorId) {
+        let mut g = write(&self.injectors);
+        if g.get(name).is_some_and(|m| m.actor.get_id() == id) {
+            g.remove(name);
+        }
+    }
+}
+
+/// The directory with the crate's message types filled in.
+pub type Dir = Directory<
+    crate::registry::actor::RegistryMsg,
+    crate::tickets::actor::DeskMsg,
+    crate::slot::actor::SlotMsg,
+    crate::injector::actor::InjectorMsg,
+>;
+
+/// Everything the actor shells share.
+pub struct Ctx {
+    pub store: Store,
+    pub events: Arc<EventBus>,
+    pub clock: SharedClock,
+    config: RwLock<Arc<Config>>,
+    pub term: Arc<dyn TermBackend>,
+    pub dir: Dir,
+    /// Member root pid -> identity, kept by the registry shell; the daemon walks a caller's
+    /// process ancestry against it.
+    pids: RwLock<HashMap<u32, MemberIdentity>>,
+    next_msg: AtomicU64,
+    pub state_dir: PathBuf,
+    /// This fleetd binary, for `{fleetd}` in profile commands.
+    pub fleetd_exe: PathBuf,
+    pub started_at: Millis,
+    /// Why the daemon escalated, once it has.
+    pub escalation: Mutex<Option<String>>,
+}
+
+impl Ctx {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        events: Arc<EventBus>,
+        clock: SharedClock,
+        config: Config,
+        term: Arc<dyn TermBackend>,
+        state_dir: PathBuf,
+        fleetd_exe: PathBuf,
+        last_msg_id: u64,
+    ) -> Self {
+        let started_at = clock.now();
+        Ctx {
+            store,
+            events,
+            clock,
+            config: RwLock::new(Arc::new(config)),
+            term,
+            dir: Dir::default(),
+            pids: RwLock::new(HashMap::new()),
+            next_msg: AtomicU64::new(last_msg_id + 1),
+            state_dir,
+            fleetd_exe,
+            started_at,
+            escalation: Mutex::new(None),
+        }
+    }
+
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// The live config (a reload swaps it whole).
+    pub fn config(&self) -> Arc<Config> {
+        read(&self.config).clone()
+    }
+
+    pub fn set_config(&self, c: Config) {
+        *write(&self.config) = Arc::new(c);
+    }
+
+    pub fn alloc_msg_id(&self) -> crate::types::MsgId {
+        crate::types::MsgId(self.next_msg.fetch_add(1, Ordering::SeqCst))
+    }
+
+    pub fn set_pid(&self, pid: u32, who: MemberIdentity) {
+        let mut g = write(&self.pids);
+        g.retain(|_, m| m.name != who.name);
+        g.insert(pid, who);
+    }
+
+    pub fn clear_pid(&self, name: &MemberName) {
+        write(&self.pids).retain(|_, m| &m.name != name);
+    }
+
+    pub fn member_by_pid(&self, pid: u32) -> Option<MemberIdentity> {
+        read(&self.pids).get(&pid).cloned()
+    }
+
+    pub fn mailbox_cap(&self) -> usize {
+        self.config().limits.mailbox
+    }
+}
+
+pub type SharedCtx = Arc<Ctx>;
+
+/// One pending wake-up for an actor, re-armed to the core's next deadline after every event.
+pub struct Timer {
+    armed: Option<(Millis, JoinHandle<()>)>,
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Timer::new()
+    }
+}
+
+impl Timer {
+    pub fn new() -> Self {
+        Timer { armed: None }
+    }
+
+    /// Arrange for `make()` to be sent to `actor` at `at` (or never, for `None`).
+    pub fn arm<M: ractor::Message>(
+        &mut self,
+        actor: &ActorRef<M>,
+        at: Option<Millis>,
+        now: Millis,
+        make: fn() -> M,
+    ) {
+        if let (Some((cur, h)), Some(at)) = (&self.armed, at)
+            && *cur == at
+            && !h.is_finished()
+        {
+            return;
+        }
+        if let Some((_, h)) = self.armed.take() {
+            h.abort();
+        }
+        if let Some(at) = at {
+            let actor = actor.clone();
+            let delay = Duration::from_millis(at.saturating_sub(now));
+            let h = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let _ = actor.cast(make());
+            });
+            self.armed = Some((at, h));
+        }
+    }
+
+    pub fn cancel(&mut self) {
+        if let Some((_, h)) = self.armed.take() {
+            h.abort();
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}

@@ -1,0 +1,1065 @@
+//! The fleet's operations, as the MCP tools and the REST API call them: spawn, send, reply,
+//! ask, poll, ack, list, status, stop, signal, attach; plus boot, reload and shutdown.
+//!
+//! Owns the order of steps across actors (Authz first, then the ticket, then the queue, ...).
+//! Every operation takes the resolved [`Caller`]; nothing defaults it. Must never hold a rule of
+//! its own: who may do what is [`crate::authz`], everything stateful is in an actor's core.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::broadcast;
+
+use crate::authz::{Action, authorize, coordinator_row_visible};
+use crate::ctx::{Mailbox, SharedCtx};
+use crate::error::{ErrorKind, FleetError};
+use crate::events::{EventKind};
+use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
+use crate::injector::state::{Message, ReceiptState};
+use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
+use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
+use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
+use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
+use crate::term::{LaunchSpec, TermHandle};
+use crate::tickets::actor::{DeskActor, DeskMsg, WaitOutcome};
+use crate::tickets::state::{Ticket, TicketKind, TicketState};
+use crate::types::{Caller, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
+
+const CALL: Duration = Duration::from_secs(10);
+
+/// A member as listings show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberView {
+    pub name: MemberName,
+    pub role: Role,
+    pub slot: Option<String>,
+    pub profile: String,
+    pub parent: Party,
+    pub status: Status,
+    pub status_since: Millis,
+    pub spawned_at: Millis,
+    pub pid: Option<u32>,
+    pub exit: Option<ExitInfo>,
+    pub charter_sha256: String,
+}
+
+impl From<&MemberRecord> for MemberView {
+    fn from(m: &MemberRecord) -> Self {
+        MemberView {
+            name: m.name.clone(),
+            role: m.role,
+            slot: m.slot.clone(),
+            profile: m.profile.clone(),
+            parent: m.parent.clone(),
+            status: m.status,
+            status_since: m.status_since,
+            spawned_at: m.spawned_at,
+            pid: m.pid,
+            exit: m.exit.clone(),
+            charter_sha256: m.charter_sha256.clone(),
+        }
+    }
+}
+
+/// What `fleet_spawn` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct SpawnRequest {
+    pub role: String,
+    pub name: String,
+    pub slot: Option<String>,
+    pub profile: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub cwd: Option<String>,
+}
+
+/// A message's delivery receipt.
+#[derive(Clone, Debug, Serialize)]
+pub struct Receipt {
+    pub msg: MsgId,
+    pub target: MemberName,
+    pub state: ReceiptState,
+    pub queued_at: Millis,
+    pub delivered_at: Option<Millis>,
+    pub settled_at: Option<Millis>,
+    pub note: Option<String>,
+}
+
+impl From<&Message> for Receipt {
+    fn from(m: &Message) -> Self {
+        Receipt {
+            msg: m.id,
+            target: m.target.clone(),
+            state: m.state,
+            queued_at: m.queued_at,
+            delivered_at: m.delivered_at,
+            settled_at: m.settled_at,
+            note: m.note.clone(),
+        }
+    }
+}
+
+/// A ticket with its message's receipt.
+#[derive(Clone, Debug, Serialize)]
+pub struct TicketView {
+    #[serde(flatten)]
+    pub ticket: Ticket,
+    pub receipt: Option<Receipt>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SendResult {
+    pub ticket: TicketView,
+    /// For `wait: true`: whether the ticket resolved within the wait.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct AskResult {
+    pub ticket: TicketView,
+    pub answered: bool,
+    pub answer: Option<String>,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WhoAmI {
+    pub member: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<MemberName>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Party>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charter_sha256: Option<String>,
+    pub host: String,
+    pub note: String,
+}
+
+/// The primary's coordination state: this daemon's coord-id, its mailbox (mail held for the
+/// primary), and peers. Built only after the gate passes.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoordinatorRow {
+    pub coord_id: String,
+    pub mailbox: MailboxRow,
+    pub peers: Vec<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MailboxRow {
+    pub state: &'static str,
+    pub held: usize,
+    pub preview: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ListView {
+    pub host: String,
+    pub members: Vec<MemberView>,
+    pub architect_slots: Vec<ArchitectSlotView>,
+    /// Absent (not empty) for every caller but the primary and the operator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorRow>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DaemonStatus {
+    pub host: String,
+    pub version: &'static str,
+    pub pid: u32,
+    pub state_dir: String,
+    pub started_at: Millis,
+    pub uptime_ms: Millis,
+    pub members: BTreeMap<String, usize>,
+    pub open_tickets: usize,
+    pub children: Vec<ChildView>,
+    pub escalation: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberDetail {
+    #[serde(flatten)]
+    pub member: MemberView,
+    pub slot_view: Option<SlotView>,
+    pub queue: Option<QueueView>,
+    pub owes: Vec<TicketId>,
+}
+
+/// The handle every front end (MCP, REST, the demo) uses.
+#[derive(Clone)]
+pub struct Fleet {
+    pub ctx: SharedCtx,
+    sup: ActorRef<SupervisorMsg>,
+}
+
+fn sha256_hex(s: &str) -> String {
+    let d = Sha256::digest(s.as_bytes());
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn member_name(s: &str) -> Result<MemberName, FleetError> {
+    MemberName::new(s)
+}
+
+impl Fleet {
+    /// Boot the actor tree: supervisor, registry, ticket desk, then re-adopt every member the
+    /// store remembers as live. Returns the fleet and the supervisor's join handle (it ends
+    /// when the daemon escalates or shuts down).
+    pub async fn boot(ctx: SharedCtx) -> Result<(Fleet, tokio::task::JoinHandle<()>), FleetError> {
+        let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone())
+            .await
+            .map_err(|e| FleetError::internal("daemon start", format!("supervisor: {e}")))?;
+        let fleet = Fleet { ctx: ctx.clone(), sup };
+        let c1 = ctx.clone();
+        fleet
+            .start_child(ChildSpec {
+                id: "registry".into(),
+                kind: "registry",
+                start: Arc::new(move |sup| {
+                    let c = c1.clone();
+                    Box::pin(async move {
+                        let (r, _) = Actor::spawn_linked(None, RegistryActor, c, sup)
+                            .await
+                            .map_err(|e| FleetError::internal("registry start", e.to_string()))?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            })
+            .await?;
+        let c2 = ctx.clone();
+        fleet
+            .start_child(ChildSpec {
+                id: "tickets".into(),
+                kind: "tickets",
+                start: Arc::new(move |sup| {
+                    let c = c2.clone();
+                    Box::pin(async move {
+                        let (r, _) = Actor::spawn_linked(None, DeskActor, c, sup)
+                            .await
+                            .map_err(|e| FleetError::internal("ticket desk start", e.to_string()))?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            })
+            .await?;
+        let members = fleet.registry_members().await?;
+        let live: Vec<MemberRecord> = members.into_iter().filter(|m| m.is_live()).collect();
+        ctx.term
+            .sweep(&live.iter().map(|m| (m.name.clone(), m.generation)).collect::<Vec<_>>());
+        for m in live {
+            tracing::info!(member = %m.name, "re-adopting member");
+            if let Err(e) = fleet.start_member(&m.name, None).await {
+                tracing::error!(member = %m.name, error = %e, "could not re-adopt member");
+            }
+        }
+        Ok((fleet, join))
+    }
+
+    /// Start a supervised child.
+    pub async fn start_child(&self, spec: ChildSpec) -> Result<(), FleetError> {
+        let id = spec.id.clone();
+        match self.sup.call(|reply| SupervisorMsg::Start { spec, reply }, Some(CALL)).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            _ => Err(FleetError::unavailable(format!("start of {id}"), "the supervisor did not answer")),
+        }
+    }
+
+    /// Start (or re-adopt, with `handle: None`) a member's slot and injector.
+    async fn start_member(&self, name: &MemberName, handle: Option<TermHandle>) -> Result<(), FleetError> {
+        let h = Arc::new(Mutex::new(handle));
+        let (ctx, n) = (self.ctx.clone(), name.clone());
+        self.start_child(ChildSpec {
+            id: format!("slot:{name}"),
+            kind: "slot",
+            start: Arc::new(move |sup| {
+                let args = SlotArgs { ctx: ctx.clone(), name: n.clone(), handle: h.clone() };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, SlotActor, args, sup)
+                        .await
+                        .map_err(|e| FleetError::internal("slot start", e.to_string()))?;
+                    Ok(r.get_cell())
+                })
+            }),
+        })
+        .await?;
+        let (ctx, n) = (self.ctx.clone(), name.clone());
+        self.start_child(ChildSpec {
+            id: format!("injector:{name}"),
+            kind: "injector",
+            start: Arc::new(move |sup| {
+                let args = InjectorArgs { ctx: ctx.clone(), target: n.clone() };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, InjectorActor, args, sup)
+                        .await
+                        .map_err(|e| FleetError::internal("injector start", e.to_string()))?;
+                    Ok(r.get_cell())
+                })
+            }),
+        })
+        .await
+    }
+
+    async fn registry_members(&self) -> Result<Vec<MemberRecord>, FleetError> {
+        self.ctx.dir.registry()?.call(|reply| RegistryMsg::Members { reply }, CALL).await
+    }
+
+    async fn member(&self, name: &MemberName) -> Result<Option<MemberRecord>, FleetError> {
+        let n = name.clone();
+        self.ctx.dir.registry()?.call(|reply| RegistryMsg::Member { name: n, reply }, CALL).await
+    }
+
+    async fn live_member(&self, name: &MemberName, what: &str) -> Result<MemberRecord, FleetError> {
+        match self.member(name).await? {
+            Some(m) if m.is_live() => Ok(m),
+            Some(m) => Err(FleetError::conflict(
+                what,
+                format!(
+                    "`{name}` has exited ({})",
+                    m.exit.map(|e| e.reason).unwrap_or_else(|| "no reason recorded".into())
+                ),
+                "a live member (see fleet_list)",
+            )),
+            None => Err(FleetError::not_found(what, format!("there is no member `{name}`"), "a member name from fleet_list")),
+        }
+    }
+
+    async fn receipt(&self, id: Option<MsgId>) -> Option<Receipt> {
+        let id = id?;
+        self.ctx.store.run(move |s| s.message(id)).await.ok().flatten().map(|m| Receipt::from(&m))
+    }
+
+    async fn view(&self, t: Ticket) -> TicketView {
+        let receipt = self.receipt(t.msg).await;
+        TicketView { ticket: t, receipt }
+    }
+
+    // ---- operations -------------------------------------------------------------------
+
+    pub async fn whoami(&self, caller: &Caller) -> WhoAmI {
+        let host = self.ctx.config().daemon.host.clone();
+        match caller {
+            Caller::Member(m) => {
+                let rec = self.member(&m.name).await.ok().flatten();
+                WhoAmI {
+                    member: true,
+                    name: Some(m.name.clone()),
+                    role: Some(m.role),
+                    slot: m.slot.clone(),
+                    parent: rec.as_ref().map(|r| r.parent.clone()),
+                    charter_sha256: rec.map(|r| r.charter_sha256),
+                    host,
+                    note: format!("you are {}, resolved from your connection's process tree", caller.describe()),
+                }
+            }
+            Caller::Operator => WhoAmI {
+                member: false,
+                name: None,
+                role: None,
+                slot: None,
+                parent: None,
+                charter_sha256: None,
+                host,
+                note: "you are the operator (a process outside every member, on the REST socket)".into(),
+            },
+            Caller::NotMember { .. } => WhoAmI {
+                member: false,
+                name: None,
+                role: None,
+                slot: None,
+                parent: None,
+                charter_sha256: None,
+                host,
+                note: format!(
+                    "not a member: {} does not run inside any member's terminal, so every mutating tool refuses it",
+                    caller.describe()
+                ),
+            },
+        }
+    }
+
+    pub async fn spawn(&self, caller: &Caller, req: SpawnRequest) -> Result<MemberView, FleetError> {
+        authorize(caller, &Action::Spawn, "fleet_spawn")?;
+        let parent = caller
+            .party()
+            .ok_or_else(|| FleetError::internal("fleet_spawn", "an authorized caller has no party"))?;
+        let name = member_name(&req.name)?;
+        let role: Role = req.role.parse()?;
+        let config = self.ctx.config();
+        let slot = match (role, req.slot.clone()) {
+            (Role::Architect, None) if config.architects.contains_key(name.as_str()) => Some(name.to_string()),
+            (_, s) => s,
+        };
+        let profile_name = config.profile_for(role, slot.as_deref(), req.profile.as_deref());
+        let profile = config.profiles.get(&profile_name).ok_or_else(|| {
+            FleetError::invalid(
+                format!("fleet_spawn of `{name}`"),
+                format!("profile `{profile_name}` is not configured"),
+                format!("one of: {}", config.profiles.keys().cloned().collect::<Vec<_>>().join(", ")),
+            )
+        })?;
+        let argv = match &req.command {
+            Some(c) if !c.is_empty() => c.clone(),
+            Some(_) => {
+                return Err(FleetError::invalid(
+                    format!("fleet_spawn of `{name}`"),
+                    "command is an empty list",
+                    "a non-empty argv, or no command to use the profile's",
+                ));
+            }
+            None => slot
+                .as_deref()
+                .and_then(|s| config.architects.get(s))
+                .and_then(|a| a.command.clone())
+                .unwrap_or_else(|| profile.command.clone()),
+        };
+        if argv.is_empty() {
+            return Err(FleetError::invalid(
+                format!("fleet_spawn of `{name}`"),
+                format!("profile `{profile_name}` has no command"),
+                "a command in the request or in the profile",
+            ));
+        }
+        // Reserve first: the slot (or name) is held before any process exists.
+        let rreq = ReserveRequest { name: name.clone(), role, slot: slot.clone(), parent: parent.clone() };
+        let wait = Duration::from_secs(config.lifecycle.spawn_wait_seconds + 5);
+        let reservation = self
+            .ctx
+            .dir
+            .registry()?
+            .call(|reply| RegistryMsg::Reserve { req: rreq, reply }, wait)
+            .await??;
+        let release = |this: &Fleet, id| {
+            if let Ok(r) = this.ctx.dir.registry() {
+                r.cast(RegistryMsg::Release { reservation: id });
+            }
+        };
+        // The charter, read from the live config at this spawn, composed with the reply charter.
+        let charter = config.charters.compose(role);
+        let charter_sha256 = sha256_hex(&charter);
+        let charter_dir = self.ctx.state_dir.join("charters");
+        let charter_file = charter_dir.join(format!("{name}.md"));
+        let (cf, ct) = (charter_file.clone(), charter.clone());
+        if let Err(e) = self
+            .ctx
+            .store
+            .run(move |_| {
+                write_private(&cf, ct.as_bytes()).map_err(|e| crate::store::StoreError::Db(format!("charter file: {e}")))
+            })
+            .await
+        {
+            release(self, reservation.id);
+            return Err(e);
+        }
+        let fleetd = self.ctx.fleetd_exe.display().to_string();
+        let cfs = charter_file.display().to_string();
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.replace("{fleetd}", &fleetd).replace("{charter_file}", &cfs))
+            .collect();
+        let now = self.ctx.now();
+        let generation = now;
+        let mut env: Vec<(String, String)> = vec![
+            ("FLEETD_STATE_DIR".into(), self.ctx.state_dir.display().to_string()),
+            ("FLEETD_MEMBER".into(), name.to_string()),
+            ("FLEETD_ROLE".into(), role.to_string()),
+            ("FLEETD_CHARTER_FILE".into(), cfs.clone()),
+            ("TERM".into(), "xterm-256color".into()),
+        ];
+        env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))));
+        let spec = LaunchSpec {
+            name: name.clone(),
+            generation,
+            argv: argv.clone(),
+            env,
+            cwd: req.cwd.clone(),
+            rows: config.lifecycle.rows,
+            cols: config.lifecycle.cols,
+        };
+        let handle = match self.ctx.term.launch(spec).await {
+            Ok(h) => h,
+            Err(e) => {
+                release(self, reservation.id);
+                return Err(e);
+            }
+        };
+        let record = MemberRecord {
+            name: name.clone(),
+            role,
+            slot: slot.clone(),
+            profile: profile_name.clone(),
+            parent: parent.clone(),
+            command: argv,
+            spawned_at: now,
+            pid: Some(handle.pid),
+            host_pid: handle.host_pid,
+            status: Status::Starting,
+            status_since: now,
+            exit: None,
+            charter_sha256: charter_sha256.clone(),
+            generation,
+        };
+        let pid = handle.pid;
+        let rec2 = record.clone();
+        let bound = self
+            .ctx
+            .dir
+            .registry()?
+            .call(|reply| RegistryMsg::Bind { reservation: reservation.id, record: Box::new(rec2), reply }, CALL)
+            .await
+            .and_then(|r| r);
+        if let Err(e) = bound {
+            let _ = handle.input.try_send(crate::term::TermInput::Terminate { grace_ms: 0 });
+            release(self, reservation.id);
+            return Err(e);
+        }
+        self.start_member(&name, Some(handle)).await?;
+        tracing::info!(member = %name, %role, pid, parent = %parent, "spawned");
+        self.ctx.events.emit(EventKind::Spawned {
+            member: name.clone(),
+            role,
+            slot,
+            parent,
+            pid: Some(pid),
+            profile: profile_name,
+        });
+        Ok(MemberView::from(&record))
+    }
+
+    fn check_size(&self, what: &str, text: &str) -> Result<(), FleetError> {
+        let max = self.ctx.config().injector.max_message_bytes;
+        if text.len() > max {
+            return Err(FleetError::invalid(
+                what,
+                format!("the message is {} bytes; the limit is injector.max_message_bytes = {max}", text.len()),
+                format!("a message of at most {max} bytes (put long content in a file and send its path)"),
+            ));
+        }
+        if text.trim().is_empty() {
+            return Err(FleetError::invalid(what, "the message is empty", "a non-empty message"));
+        }
+        Ok(())
+    }
+
+    /// Open a ticket and queue its message; the ticket never dangles: if the queue refuses, the
+    /// ticket is marked undeliverable before the refusal is returned.
+    async fn ticketed(&self, kind: TicketKind, from: Party, to: &MemberName, body: String) -> Result<Ticket, FleetError> {
+        let c = self.ctx.config();
+        let msg_id = self.ctx.alloc_msg_id();
+        let (to2, body2) = (to.clone(), body.clone());
+        let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
+        let desk = self.ctx.dir.tickets()?;
+        let ticket = desk
+            .call(
+                |reply| DeskMsg::Open { kind, from: from.clone(), to: to2, msg: Some(msg_id), body: body2, ttl_ms, reply },
+                CALL,
+            )
+            .await??;
+        let msg = Message {
+            id: msg_id,
+            target: to.clone(),
+            from,
+            ticket: Some(ticket.id),
+            body,
+            state: ReceiptState::Queued,
+            queued_at: 0,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+        };
+        let queued = match self.ctx.dir.injector(to) {
+            Some(i) => i.call(|reply| InjectorMsg::Enqueue { msg: Box::new(msg), reply }, CALL).await.and_then(|r| r),
+            None => Err(FleetError::unavailable(format!("message to `{to}`"), "its injector is restarting")),
+        };
+        if let Err(e) = queued {
+            desk.cast(DeskMsg::Undeliverable { ticket: ticket.id, why: e.to_string() });
+            return Err(e);
+        }
+        Ok(ticket)
+    }
+
+    pub async fn send(
+        &self,
+        caller: &Caller,
+        to: &str,
+        message: String,
+        wait: bool,
+        wait_secs: Option<u64>,
+    ) -> Result<SendResult, FleetError> {
+        authorize(caller, &Action::Send, "fleet_send")?;
+        let from = caller.party().ok_or_else(|| FleetError::internal("fleet_send", "no party"))?;
+        let to = member_name(to)?;
+        let what = format!("fleet_send to `{to}`");
+        self.check_size(&what, &message)?;
+        if from.member() == Some(&to) {
+            return Err(FleetError::invalid(what, "a member cannot send to itself", "a message to another member"));
+        }
+        self.live_member(&to, &what).await?;
+        let ticket = self.ticketed(TicketKind::Send, from, &to, message).await?;
+        if !wait {
+            return Ok(SendResult { ticket: self.view(ticket).await, resolved: None });
+        }
+        let max = self.ctx.config().tickets.send_wait_max_seconds;
+        let secs = wait_secs.unwrap_or(max).min(max);
+        let (t, resolved) = self.wait_ticket(ticket.id, secs).await?;
+        Ok(SendResult { ticket: self.view(t).await, resolved: Some(resolved) })
+    }
+
+    async fn wait_ticket(&self, id: TicketId, secs: u64) -> Result<(Ticket, bool), FleetError> {
+        let deadline = self.ctx.now() + secs * 1000;
+        let desk = self.ctx.dir.tickets()?;
+        let out = desk
+            .call(|reply| DeskMsg::Wait { ticket: id, deadline, reply }, Duration::from_secs(secs + 5))
+            .await??;
+        Ok(match out {
+            WaitOutcome::Resolved(t) => (t, true),
+            WaitOutcome::TimedOut(t) => (t, false),
+        })
+    }
+
+    pub async fn reply(&self, caller: &Caller, ticket: &str, text: String) -> Result<TicketView, FleetError> {
+        let id: TicketId = ticket.parse()?;
+        if matches!(caller, Caller::NotMember { .. }) {
+            authorize(caller, &Action::Read, "fleet_reply")?;
+        }
+        self.check_size(&format!("fleet_reply to {id}"), &text)?;
+        let c = caller.clone();
+        let t = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::Reply { caller: c, ticket: id, text, reply }, CALL)
+            .await??;
+        Ok(self.view(t).await)
+    }
+
+    pub async fn ask(&self, caller: &Caller, question: String) -> Result<AskResult, FleetError> {
+        let lead = self.registry_members().await?.into_iter().find(|m| m.role == Role::Primary && m.is_live());
+        let lead_name = lead.as_ref().map(|m| m.name.clone());
+        authorize(caller, &Action::Ask { lead: lead_name.as_ref() }, "fleet_ask")?;
+        let (Some(lead), Some(from)) = (lead, caller.party()) else {
+            return Err(FleetError::internal("fleet_ask", "authorized without a lead"));
+        };
+        self.check_size("fleet_ask", &question)?;
+        let ticket = self.ticketed(TicketKind::Ask, from, &lead.name, format!("question: {question}")).await?;
+        let secs = self.ctx.config().tickets.ask_wait_seconds;
+        let (t, _) = self.wait_ticket(ticket.id, secs).await?;
+        let (answered, answer, note) = match t.state {
+            TicketState::Replied => (true, t.reply.as_ref().map(|r| r.text.clone()), "your lead answered".to_string()),
+            TicketState::Tail => (
+                true,
+                t.tail.as_ref().map(|r| r.text.clone()),
+                "your lead ended its turn without fleet_reply; this is its transcript tail".to_string(),
+            ),
+            TicketState::Open => (
+                false,
+                None,
+                format!("no answer within {secs} s (tickets.ask_wait_seconds); fleet_poll shows {} when it comes", t.id),
+            ),
+            other => (false, None, format!("the question could not be answered: {other:?}")),
+        };
+        Ok(AskResult { ticket: self.view(t).await, answered, answer, note })
+    }
+
+    pub async fn poll(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
+        authorize(caller, &Action::Read, "fleet_poll")?;
+        let party = caller.party().ok_or_else(|| FleetError::internal("fleet_poll", "no party"))?;
+        let ts = self.ctx.dir.tickets()?.call(|reply| DeskMsg::Poll { party, reply }, CALL).await?;
+        let mut out = vec![];
+        for t in ts {
+            out.push(self.view(t).await);
+        }
+        Ok(out)
+    }
+
+    pub async fn ack(&self, caller: &Caller, ticket: &str) -> Result<(), FleetError> {
+        authorize(caller, &Action::Read, "fleet_ack")?;
+        let id: TicketId = ticket.parse()?;
+        let party = caller.party().ok_or_else(|| FleetError::internal("fleet_ack", "no party"))?;
+        self.ctx.dir.tickets()?.call(|reply| DeskMsg::Ack { party, ticket: id, reply }, CALL).await?
+    }
+
+    /// One ticket, if the caller opened it, owns it, or is the operator.
+    pub async fn ticket(&self, caller: &Caller, ticket: &str) -> Result<TicketView, FleetError> {
+        authorize(caller, &Action::Read, "ticket lookup")?;
+        let id: TicketId = ticket.parse()?;
+        let t = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::Get { ticket: id, reply }, CALL)
+            .await?
+            .ok_or_else(|| FleetError::not_found(format!("ticket {id}"), "no such ticket", "a ticket id from fleet_send"))?;
+        let mine = match caller {
+            Caller::Operator => true,
+            Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
+            Caller::NotMember { .. } => false,
+        };
+        if !mine {
+            return Err(FleetError::new(
+                ErrorKind::Forbidden,
+                format!("lookup of {id}"),
+                format!("{id} is between `{}` and `{}`", t.from, t.to),
+                "a ticket you opened or were sent",
+            )
+            .with_rule("READ"));
+        }
+        Ok(self.view(t).await)
+    }
+
+    /// Tickets: all of them for the operator; for a member, those it opened or was sent.
+    pub async fn tickets(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
+        authorize(caller, &Action::Read, "ticket listing")?;
+        let all = self.ctx.dir.tickets()?.call(|reply| DeskMsg::All { reply }, CALL).await?;
+        let mut out = vec![];
+        for t in all {
+            let visible = match caller {
+                Caller::Operator => true,
+                Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
+                Caller::NotMember { .. } => false,
+            };
+            if visible {
+                out.push(self.view(t).await);
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn message(&self, caller: &Caller, id: &str) -> Result<Receipt, FleetError> {
+        authorize(caller, &Action::Read, "receipt lookup")?;
+        let id: MsgId = id.parse()?;
+        let m = self
+            .ctx
+            .store
+            .run(move |s| s.message(id))
+            .await?
+            .ok_or_else(|| FleetError::not_found(format!("message {id}"), "no such message", "a message id from a ticket"))?;
+        let mine = match caller {
+            Caller::Operator => true,
+            Caller::Member(me) => m.from == Party::Member(me.name.clone()) || m.target == me.name,
+            Caller::NotMember { .. } => false,
+        };
+        if !mine {
+            return Err(FleetError::new(ErrorKind::Forbidden, format!("lookup of {id}"), "it is not your message", "a message you sent or received").with_rule("READ"));
+        }
+        Ok(Receipt::from(&m))
+    }
+
+    pub async fn list(&self, caller: &Caller) -> Result<ListView, FleetError> {
+        authorize(caller, &Action::Read, "fleet_list")?;
+        let members = self.registry_members().await?;
+        let architect_slots = self.ctx.dir.registry()?.call(|reply| RegistryMsg::Slots { reply }, CALL).await?;
+        let host = self.ctx.config().daemon.host.clone();
+        // The gate runs before the row is built: other callers never cause it to be assembled.
+        let coordinator = if coordinator_row_visible(caller) {
+            Some(self.coordinator_row(&members, &host).await)
+        } else {
+            None
+        };
+        let mut members: Vec<MemberView> = members.iter().map(MemberView::from).collect();
+        members.sort_by_key(|m| (m.status == Status::Exited, m.spawned_at));
+        Ok(ListView { host, members, architect_slots, coordinator })
+    }
+
+    async fn coordinator_row(&self, members: &[MemberRecord], host: &str) -> CoordinatorRow {
+        let primary = members.iter().find(|m| m.role == Role::Primary && m.is_live());
+        let queue = match primary.and_then(|p| self.ctx.dir.injector(&p.name)) {
+            Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+            None => None,
+        };
+        let held: Vec<&Message> = queue.as_ref().map(|q| q.queued.iter().collect()).unwrap_or_default();
+        CoordinatorRow {
+            coord_id: format!("{host}/{}", std::process::id()),
+            mailbox: MailboxRow {
+                state: match (primary.is_some(), held.is_empty()) {
+                    (false, _) => "no-primary",
+                    (true, true) => "empty",
+                    (true, false) => "holding",
+                },
+                held: held.len(),
+                preview: held.iter().take(3).map(|m| format!("{} from {}: {}", m.id, m.from, crate::tickets::state::subject_of(&m.body))).collect(),
+            },
+            peers: vec![],
+        }
+    }
+
+    pub async fn daemon_status(&self, caller: &Caller) -> Result<DaemonStatus, FleetError> {
+        authorize(caller, &Action::Read, "fleet_status")?;
+        let members = self.registry_members().await?;
+        let mut by_status = BTreeMap::new();
+        for m in &members {
+            *by_status.entry(m.status.to_string()).or_insert(0) += 1;
+        }
+        let open_tickets = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::All { reply }, CALL)
+            .await?
+            .iter()
+            .filter(|t| t.state == TicketState::Open)
+            .count();
+        let children = match self.sup.call(|reply| SupervisorMsg::Children { reply }, Some(CALL)).await {
+            Ok(ractor::rpc::CallResult::Success(c)) => c,
+            _ => vec![],
+        };
+        let now = self.ctx.now();
+        Ok(DaemonStatus {
+            host: self.ctx.config().daemon.host.clone(),
+            version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            state_dir: self.ctx.state_dir.display().to_string(),
+            started_at: self.ctx.started_at,
+            uptime_ms: now.saturating_sub(self.ctx.started_at),
+            members: by_status,
+            open_tickets,
+            children,
+            escalation: self.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        })
+    }
+
+    pub async fn member_status(&self, caller: &Caller, name: &str) -> Result<MemberDetail, FleetError> {
+        authorize(caller, &Action::Read, "fleet_status")?;
+        let name = member_name(name)?;
+        let rec = self
+            .member(&name)
+            .await?
+            .ok_or_else(|| FleetError::not_found(format!("status of `{name}`"), "no such member", "a name from fleet_list"))?;
+        let slot_view = match self.ctx.dir.slot(&name) {
+            Some(s) => s.call(|reply| SlotMsg::View { reply }, CALL).await.ok(),
+            None => None,
+        };
+        // Only the operator (and the member itself) sees another terminal's screen text.
+        let own = matches!(caller, Caller::Member(m) if m.name == name);
+        let slot_view = slot_view.map(|mut v| {
+            if !own && !matches!(caller, Caller::Operator) {
+                v.screen = String::new();
+            }
+            v
+        });
+        let queue = match self.ctx.dir.injector(&name) {
+            Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+            None => None,
+        };
+        let n2 = name.clone();
+        let owes = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::All { reply }, CALL)
+            .await?
+            .into_iter()
+            .filter(|t| t.to == n2 && t.state == TicketState::Open)
+            .map(|t| t.id)
+            .collect();
+        let mut member = MemberView::from(&rec);
+        if let Some(v) = &slot_view {
+            member.status = v.status;
+            member.status_since = v.status_since;
+        }
+        Ok(MemberDetail { member, slot_view, queue, owes })
+    }
+
+    pub async fn stop(&self, caller: &Caller, name: &str, drain: bool) -> Result<MemberView, FleetError> {
+        authorize(caller, &if drain { Action::Drain } else { Action::Stop }, "fleet_stop")?;
+        let name = member_name(name)?;
+        let what = format!("fleet_stop of `{name}`");
+        self.live_member(&name, &what).await?;
+        if drain {
+            self.drain(&name).await?;
+        }
+        let slot = self
+            .ctx
+            .dir
+            .slot(&name)
+            .ok_or_else(|| FleetError::unavailable(what.clone(), "its slot is restarting"))?;
+        let who = caller.describe();
+        let grace = self.ctx.config().lifecycle.stop_grace_ms;
+        let reason = format!("stopped by {who}{}", if drain { " after draining" } else { "" });
+        slot.call(|reply| SlotMsg::Stop { reason, reply }, Duration::from_millis(grace + 5_000)).await?;
+        let rec = self.member(&name).await?.ok_or_else(|| FleetError::internal(what, "member vanished"))?;
+        Ok(MemberView::from(&rec))
+    }
+
+    /// Wait until `name` has nothing queued or in flight and is idle (bounded by the ticket TTL).
+    async fn drain(&self, name: &MemberName) -> Result<(), FleetError> {
+        let (_, mut rx) = self.ctx.events.subscribe(u64::MAX);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(self.ctx.config().tickets.ttl_seconds);
+        loop {
+            let q = match self.ctx.dir.injector(name) {
+                Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+                None => None,
+            };
+            let v = match self.ctx.dir.slot(name) {
+                Some(s) => s.call(|reply| SlotMsg::View { reply }, CALL).await.ok(),
+                None => None,
+            };
+            let empty = q.is_none_or(|q| q.queued.is_empty() && q.in_flight.is_none());
+            let idle = v.is_none_or(|v| matches!(v.status, Status::Idle | Status::Exited));
+            if empty && idle {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(broadcast::error::RecvError::Closed)) => return Ok(()),
+                Err(_) => {
+                    return Err(FleetError::timeout(
+                        format!("drain of `{name}`"),
+                        "its queue did not empty within the ticket TTL",
+                        "fleet_stop without drain",
+                    ));
+                }
+            }
+        }
+    }
+
+    pub async fn signal(&self, caller: &Caller, status: &str) -> Result<(), FleetError> {
+        let status: Status = status.parse()?;
+        if !matches!(status, Status::Idle | Status::Blocked | Status::Working) {
+            return Err(FleetError::invalid(format!("signal `{status}`"), "only agent states can be signalled", "idle, blocked or working"));
+        }
+        let Caller::Member(m) = caller else {
+            return Err(FleetError::new(
+                ErrorKind::Forbidden,
+                "fleetd signal",
+                format!("{} is not a member; a signal must come from inside a member's process tree", caller.describe()),
+                "`fleetd signal` run by an agent hook inside the member's terminal",
+            )
+            .with_rule("SIGNAL"));
+        };
+        let slot = self
+            .ctx
+            .dir
+            .slot(&m.name)
+            .ok_or_else(|| FleetError::unavailable("fleetd signal", "the member's slot is restarting"))?;
+        slot.call(|reply| SlotMsg::Signal { status, reply }, CALL).await?
+    }
+
+    fn operator_only(caller: &Caller, what: &str) -> Result<(), FleetError> {
+        if matches!(caller, Caller::Operator) {
+            Ok(())
+        } else {
+            Err(FleetError::new(
+                ErrorKind::Forbidden,
+                what,
+                format!("{} is not the operator; terminals are the operator's", caller.describe()),
+                "the same request from the operator, outside every member",
+            )
+            .with_rule("ATTACH"))
+        }
+    }
+
+    /// Attach: the current screen and a live stream of the terminal's output (operator only).
+    pub async fn attach(&self, caller: &Caller, name: &str) -> Result<(Vec<u8>, broadcast::Receiver<Vec<u8>>), FleetError> {
+        Self::operator_only(caller, "attach")?;
+        let name = member_name(name)?;
+        let slot = self.slot_of(&name).await?;
+        slot.call(|reply| SlotMsg::Attach { reply }, CALL).await
+    }
+
+    /// Keys from an attached operator.
+    pub async fn input(&self, caller: &Caller, name: &str, bytes: Vec<u8>) -> Result<(), FleetError> {
+        Self::operator_only(caller, "terminal input")?;
+        let name = member_name(name)?;
+        let slot = self.slot_of(&name).await?;
+        slot.call(|reply| SlotMsg::Input { bytes, reply }, CALL).await?
+    }
+
+    pub async fn resize(&self, caller: &Caller, name: &str, rows: u16, cols: u16) -> Result<(), FleetError> {
+        Self::operator_only(caller, "terminal resize")?;
+        let name = member_name(name)?;
+        let slot = self.slot_of(&name).await?;
+        slot.cast(SlotMsg::Resize { rows, cols });
+        Ok(())
+    }
+
+    async fn slot_of(&self, name: &MemberName) -> Result<Mailbox<SlotMsg>, FleetError> {
+        self.live_member(name, &format!("terminal of `{name}`")).await?;
+        self.ctx
+            .dir
+            .slot(name)
+            .ok_or_else(|| FleetError::unavailable(format!("terminal of `{name}`"), "its slot is restarting"))
+    }
+
+    /// Debug builds only: make an actor panic, to exercise supervision.
+    pub async fn inject_fault(&self, caller: &Caller, target: &str) -> Result<(), FleetError> {
+        Self::operator_only(caller, "fault injection")?;
+        if !cfg!(debug_assertions) {
+            return Err(FleetError::invalid("fault injection", "this is a release build", "a debug build"));
+        }
+        match target {
+            "registry" => self.ctx.dir.registry()?.cast(RegistryMsg::Panic),
+            "tickets" => self.ctx.dir.tickets()?.cast(DeskMsg::Panic),
+            t => {
+                let (kind, name) = t.split_once(':').unwrap_or(("slot", t));
+                let name = member_name(name)?;
+                match kind {
+                    "slot" => self.ctx.dir.slot(&name).ok_or_else(|| FleetError::not_found(t, "no such slot", "slot:NAME"))?.cast(SlotMsg::Panic),
+                    "injector" => self
+                        .ctx
+                        .dir
+                        .injector(&name)
+                        .ok_or_else(|| FleetError::not_found(t, "no such injector", "injector:NAME"))?
+                        .cast(InjectorMsg::Panic),
+                    _ => return Err(FleetError::invalid(t, "unknown fault target", "registry, tickets, slot:NAME or injector:NAME")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Swap in a new config and tell every actor to re-read what it uses.
+    pub async fn reload(&self, config: crate::config::Config) {
+        self.ctx.set_config(config);
+        if let Ok(r) = self.ctx.dir.registry() {
+            r.cast(RegistryMsg::Reload);
+        }
+        if let Ok(t) = self.ctx.dir.tickets() {
+            t.cast(DeskMsg::Reload);
+        }
+        for n in self.live_members().await.unwrap_or_default() {
+            if let Some(s) = self.ctx.dir.slot(&n) {
+                s.cast(SlotMsg::Reload);
+            }
+            if let Some(i) = self.ctx.dir.injector(&n) {
+                i.cast(InjectorMsg::Reload);
+            }
+        }
+    }
+
+    /// Live members (for shutdown with `on_shutdown = "stop"`).
+    pub async fn live_members(&self) -> Result<Vec<MemberName>, FleetError> {
+        Ok(self.registry_members().await?.into_iter().filter(|m| m.is_live()).map(|m| m.name).collect())
+    }
+
+    /// Stop every child in reverse start order within `deadline`, then the supervisor.
+    /// Returns the children that had to be killed.
+    pub async fn shutdown(&self, deadline: Duration) -> Vec<String> {
+        let hung = match self.sup.call(|reply| SupervisorMsg::Shutdown { deadline, reply }, Some(deadline + Duration::from_secs(2))).await {
+            Ok(ractor::rpc::CallResult::Success(h)) => h,
+            _ => vec!["supervisor".into()],
+        };
+        self.sup.stop(Some("shutdown".into()));
+        hung
+    }
+}
+
+/// Write a file readable only by its owner.
+pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_data()?;
+    std::fs::rename(&tmp, path)
+}

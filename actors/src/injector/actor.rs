@@ -1,0 +1,240 @@
+//! The injector shell: one per target. Persists every receipt before anyone hears of it, hands
+//! deliveries to the target's slot, and turns "turn ended" into a transcript tail for the
+//! ticket. Must never decide when to deliver: the core does.
+
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::Serialize;
+
+use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::error::FleetError;
+use crate::events::EventKind;
+use crate::injector::state::{Effect, Injector, InjectorLimits, Message, ReceiptState, TargetView};
+use crate::slot::actor::SlotMsg;
+use crate::store::Batch;
+use crate::tickets::actor::DeskMsg;
+use crate::types::{MemberName, MsgId, Status};
+
+pub enum InjectorMsg {
+    Enqueue {
+        msg: Box<Message>,
+        reply: RpcReplyPort<Result<Message, FleetError>>,
+    },
+    Target(TargetView),
+    Tick,
+    PasteResult {
+        id: MsgId,
+        result: Result<(), String>,
+    },
+    Queue {
+        reply: RpcReplyPort<QueueView>,
+    },
+    Reload,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+/// A target's queue as status views show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueView {
+    pub in_flight: Option<Message>,
+    pub queued: Vec<Message>,
+    pub stalled: bool,
+}
+
+pub struct InjectorArgs {
+    pub ctx: SharedCtx,
+    pub target: MemberName,
+}
+
+pub struct InjectorActor;
+
+pub struct InjectorActorState {
+    ctx: SharedCtx,
+    core: Injector,
+    timer: Timer,
+    closed: bool,
+}
+
+fn limits(ctx: &SharedCtx) -> InjectorLimits {
+    let c = ctx.config();
+    InjectorLimits {
+        max_queue: c.injector.max_queue,
+        accept_timeout_ms: c.injector.accept_timeout_ms,
+    }
+}
+
+impl InjectorActorState {
+    /// Perform effects in order; consecutive saves are committed together, and always before
+    /// the effect that follows them.
+    async fn perform(&mut self, fx: Vec<Effect>) -> Result<(), FleetError> {
+        let mut batch = Batch::default();
+        for e in fx {
+            match e {
+                Effect::Save(m) => batch.messages.push(m),
+                other => {
+                    self.flush(std::mem::take(&mut batch)).await?;
+                    match other {
+                        Effect::Deliver(m) => {
+                            let target = self.core.target().clone();
+                            match self.ctx.dir.slot(&target) {
+                                Some(s) => s.cast(SlotMsg::Paste { msg: Box::new(m) }),
+                                None => {
+                                    let now = self.ctx.now();
+                                    let more = self.core.delivery_failed(m.id, "the target has no terminal", now);
+                                    Box::pin(self.perform(more)).await?;
+                                }
+                            }
+                        }
+                        Effect::TurnEnded { msg, ticket: Some(ticket) } => {
+                            let ctx = self.ctx.clone();
+                            let target = self.core.target().clone();
+                            tokio::spawn(async move {
+                                let Some(slot) = ctx.dir.slot(&target) else { return };
+                                let tail = slot
+                                    .call(|reply| SlotMsg::Tail { reply }, Duration::from_secs(5))
+                                    .await
+                                    .unwrap_or_default();
+                                if let Ok(desk) = ctx.dir.tickets() {
+                                    desk.cast(DeskMsg::TurnEnded { ticket, tail });
+                                }
+                                tracing::debug!(%msg, %ticket, "turn ended");
+                            });
+                        }
+                        Effect::TurnEnded { ticket: None, .. } | Effect::Save(_) => {}
+                    }
+                }
+            }
+        }
+        self.flush(batch).await
+    }
+
+    async fn flush(&mut self, batch: Batch) -> Result<(), FleetError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let saved = batch.messages.clone();
+        self.ctx.store.run(move |s| s.commit(&batch)).await?;
+        for m in saved {
+            if m.state == ReceiptState::Failed
+                && let (Some(t), Ok(desk)) = (m.ticket, self.ctx.dir.tickets())
+            {
+                desk.cast(DeskMsg::Undeliverable {
+                    ticket: t,
+                    why: m.note.clone().unwrap_or_else(|| "undeliverable".into()),
+                });
+            }
+            self.ctx.events.emit(EventKind::Receipt {
+                msg: m.id,
+                target: m.target,
+                from: m.from,
+                ticket: m.ticket,
+                state: m.state,
+                note: m.note,
+            });
+        }
+        Ok(())
+    }
+
+    fn rearm(&mut self, myself: &ActorRef<InjectorMsg>) {
+        let now = self.ctx.now();
+        self.timer.arm(myself, self.core.next_deadline(), now, || InjectorMsg::Tick);
+    }
+}
+
+impl Actor for InjectorActor {
+    type Msg = InjectorMsg;
+    type State = InjectorActorState;
+    type Arguments = InjectorArgs;
+
+    async fn pre_start(&self, myself: ActorRef<InjectorMsg>, args: InjectorArgs) -> Result<InjectorActorState, ActorProcessingErr> {
+        let ctx = args.ctx;
+        let t2 = args.target.clone();
+        let pending = ctx.store.run(move |s| s.pending_for(&t2)).await?;
+        let core = Injector::new(args.target.clone(), pending, limits(&ctx));
+        ctx.dir.set_injector(
+            &args.target,
+            Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("the injector of `{}`", args.target)),
+        );
+        Ok(InjectorActorState {
+            ctx,
+            core,
+            timer: Timer::new(),
+            closed: false,
+        })
+    }
+
+    async fn post_start(&self, myself: ActorRef<InjectorMsg>, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+        // Learn the target's current status (the slot may have started before us).
+        if let Some(slot) = st.ctx.dir.slot(st.core.target())
+            && let Ok(v) = slot.call(|reply| SlotMsg::View { reply }, Duration::from_secs(5)).await
+        {
+            let _ = myself.cast(InjectorMsg::Target(TargetView { status: v.status, injectable: v.injectable }));
+        }
+        st.rearm(&myself);
+        Ok(())
+    }
+
+    async fn post_stop(&self, myself: ActorRef<InjectorMsg>, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+        st.timer.cancel();
+        st.ctx.dir.remove_injector(st.core.target(), myself.get_id());
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<InjectorMsg>, msg: InjectorMsg, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            InjectorMsg::Enqueue { msg, reply } => {
+                let id = msg.id;
+                match st.core.enqueue(*msg, now) {
+                    Ok(fx) => {
+                        let first = fx.iter().find_map(|e| match e {
+                            Effect::Save(m) if m.id == id => Some(m.clone()),
+                            _ => None,
+                        });
+                        let r = st.perform(fx).await;
+                        let _ = reply.send(r.and_then(|_| first.ok_or_else(|| FleetError::internal("enqueue", "no receipt"))));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            InjectorMsg::Target(view) => {
+                let fx = st.core.target_status(view, now);
+                st.perform(fx).await?;
+                if view.status == Status::Exited && !st.closed {
+                    st.closed = true;
+                    myself.stop(Some("target exited".into()));
+                    return Ok(());
+                }
+            }
+            InjectorMsg::Tick => {
+                let fx = st.core.tick(now);
+                st.perform(fx).await?;
+            }
+            InjectorMsg::PasteResult { id, result } => {
+                if let Err(why) = result {
+                    let fx = st.core.delivery_failed(id, &why, now);
+                    st.perform(fx).await?;
+                }
+            }
+            InjectorMsg::Queue { reply } => {
+                let _ = reply.send(QueueView {
+                    in_flight: st.core.in_flight().cloned(),
+                    queued: st.core.queued().cloned().collect(),
+                    stalled: st.core.is_stalled(),
+                });
+            }
+            InjectorMsg::Reload => st.core.set_limits(limits(&st.ctx)),
+            InjectorMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the injector of `{}`", st.core.target());
+                }
+            }
+        }
+        st.rearm(&myself);
+        Ok(())
+    }
+}

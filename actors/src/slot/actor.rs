@@ -1,0 +1,454 @@
+//! The member slot shell: owns one member's terminal connection, feeds its output to the slot
+//! core, performs the core's effects (status fan-out, reaping), writes pastes and keys, and
+//! serves attach. Must never decide a status itself: the core does.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
+
+use crate::config::{CompiledProfile, Profile};
+use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::error::FleetError;
+use crate::events::EventKind;
+use crate::injector::actor::InjectorMsg;
+use crate::injector::state::{Message, TargetView, delivery_text};
+use crate::registry::actor::RegistryMsg;
+use crate::registry::state::{ExitInfo, MemberRecord};
+use crate::slot::state::{Cause, Effect, SlotCore, SlotSettings};
+use crate::term::{TermEvent, TermHandle, TermInput};
+use crate::types::{MemberName, Millis, Role, Status};
+
+/// Output chunks in flight from a terminal to its slot; the reader waits past this.
+const TERM_EVENTS_IN_FLIGHT: usize = 64;
+
+pub enum SlotMsg {
+    Term(TermEvent, Option<OwnedSemaphorePermit>),
+    Tick,
+    /// Paste a message (from the injector); the result goes back as `InjectorMsg::PasteResult`.
+    Paste {
+        msg: Box<Message>,
+    },
+    Signal {
+        status: Status,
+        reply: RpcReplyPort<Result<(), FleetError>>,
+    },
+    View {
+        reply: RpcReplyPort<SlotView>,
+    },
+    Tail {
+        reply: RpcReplyPort<String>,
+    },
+    Input {
+        bytes: Vec<u8>,
+        reply: RpcReplyPort<Result<(), FleetError>>,
+    },
+    Attach {
+        reply: RpcReplyPort<(Vec<u8>, broadcast::Receiver<Vec<u8>>)>,
+    },
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
+    /// Terminate the program; the reply comes once it has exited.
+    Stop {
+        reason: String,
+        reply: RpcReplyPort<()>,
+    },
+    Reload,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+/// What status and screen views show of a slot.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlotView {
+    pub status: Status,
+    pub injectable: bool,
+    pub status_since: Millis,
+    pub pinned_by_signal: bool,
+    pub rows: u16,
+    pub cols: u16,
+    pub screen: String,
+}
+
+pub struct SlotArgs {
+    pub ctx: SharedCtx,
+    pub name: MemberName,
+    /// A fresh launch's terminal; `None` means reconnect (a restart or a re-adoption).
+    pub handle: Arc<Mutex<Option<TermHandle>>>,
+}
+
+pub struct SlotActor;
+
+pub struct SlotActorState {
+    ctx: SharedCtx,
+    name: MemberName,
+    role: Role,
+    generation: u64,
+    core: SlotCore,
+    profile_name: String,
+    enter_delay_ms: u64,
+    input: Option<mpsc::Sender<TermInput>>,
+    out: broadcast::Sender<Vec<u8>>,
+    timer: Timer,
+    exit_reason: Option<String>,
+    stop_waiters: Vec<RpcReplyPort<()>>,
+    forward: Option<tokio::task::JoinHandle<()>>,
+    done: bool,
+}
+
+fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
+    let c = ctx.config();
+    let exempt = c.lifecycle.idle_ttl_exempt.contains(&role);
+    SlotSettings {
+        rows: c.lifecycle.rows,
+        cols: c.lifecycle.cols,
+        idle_ttl_ms: if exempt { 0 } else { c.lifecycle.idle_ttl_seconds.saturating_mul(1000) },
+        tail_lines: c.tickets.tail_lines,
+    }
+}
+
+fn profile(ctx: &SharedCtx, name: &str) -> (CompiledProfile, u64) {
+    let c = ctx.config();
+    match c.compiled_profile(name) {
+        Ok(p) => {
+            let d = p.enter_delay_ms;
+            (p, d)
+        }
+        Err(e) => {
+            tracing::warn!(profile = name, error = %e, "profile unavailable; reading the screen with generic rules");
+            let p = Profile::default();
+            // The generic default regex is a constant that compiles.
+            let cp = CompiledProfile::compile("generic", &p).unwrap_or_else(|_| unreachable!());
+            (cp, 0)
+        }
+    }
+}
+
+fn describe_exit(code: Option<i32>, signal: &Option<String>) -> String {
+    match (code, signal) {
+        (_, Some(sig)) => format!("killed by {sig}"),
+        (Some(c), None) => format!("exited with code {c}"),
+        (None, None) => "exited".into(),
+    }
+}
+
+impl SlotActorState {
+    fn apply(&mut self, fx: Vec<Effect>) {
+        for e in fx {
+            match e {
+                Effect::Status { from, to, injectable, cause } => {
+                    tracing::debug!(member = %self.name, %from, %to, injectable, ?cause, "status");
+                    if let Ok(r) = self.ctx.dir.registry() {
+                        r.cast(RegistryMsg::Status { name: self.name.clone(), status: to });
+                    }
+                    if let Some(i) = self.ctx.dir.injector(&self.name) {
+                        i.cast(InjectorMsg::Target(TargetView { status: to, injectable }));
+                    }
+                    self.ctx.events.emit(EventKind::Status {
+                        member: self.name.clone(),
+                        from,
+                        to,
+                        injectable,
+                        cause: match cause {
+                            Cause::Screen => "screen",
+                            Cause::Signal => "signal",
+                            Cause::Exit => "exit",
+                        }
+                        .into(),
+                    });
+                }
+                Effect::Reap { idle_ms } => {
+                    let ttl = self.ctx.config().lifecycle.idle_ttl_seconds;
+                    let reason = format!("reaped: idle for {} s (lifecycle.idle_ttl_seconds = {ttl})", idle_ms / 1000);
+                    tracing::info!(member = %self.name, %reason, "reaping an idle member");
+                    self.ctx.events.emit(EventKind::Reaped { member: self.name.clone(), idle_ms });
+                    self.terminate(reason);
+                }
+            }
+        }
+    }
+
+    fn terminate(&mut self, reason: String) {
+        if self.exit_reason.is_none() {
+            self.exit_reason = Some(reason);
+        }
+        let grace_ms = self.ctx.config().lifecycle.stop_grace_ms;
+        if let Some(i) = &self.input
+            && i.try_send(TermInput::Terminate { grace_ms }).is_err()
+        {
+            tracing::warn!(member = %self.name, "terminal input is full or closed; terminate not sent");
+        }
+    }
+
+    /// The program is gone: record it, tell everyone, and stop this actor (normally).
+    async fn finish(&mut self, myself: &ActorRef<SlotMsg>, code: Option<i32>, signal: Option<String>, fallback: String) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let now = self.ctx.now();
+        let fx = self.core.exited(now);
+        self.apply(fx);
+        let reason = match self.exit_reason.take() {
+            Some(r) => r,
+            None if code.is_some() || signal.is_some() => describe_exit(code, &signal),
+            None => fallback,
+        };
+        let exit = ExitInfo { at: now, code, reason };
+        if let Ok(r) = self.ctx.dir.registry() {
+            // Wait until the exit is durable, so a restart never re-adopts a finished member.
+            let _ = r
+                .call(|reply| RegistryMsg::Released { name: self.name.clone(), exit, reply: Some(reply) }, Duration::from_secs(10))
+                .await;
+        }
+        for w in self.stop_waiters.drain(..) {
+            let _ = w.send(());
+        }
+        myself.stop(Some("member exited".into()));
+    }
+
+    fn view(&self) -> SlotView {
+        let (rows, cols) = self.core.size();
+        SlotView {
+            status: self.core.status(),
+            injectable: self.core.injectable(),
+            status_since: self.core.status_since(),
+            pinned_by_signal: self.core.is_pinned(),
+            rows,
+            cols,
+            screen: self.core.screen_text(),
+        }
+    }
+
+    fn rearm(&mut self, myself: &ActorRef<SlotMsg>) {
+        let now = self.ctx.now();
+        self.timer.arm(myself, self.core.next_deadline(), now, || SlotMsg::Tick);
+    }
+}
+
+/// Forward terminal events to the slot, at most `TERM_EVENTS_IN_FLIGHT` unprocessed at a time.
+fn forward(myself: ActorRef<SlotMsg>, mut events: mpsc::Receiver<TermEvent>) -> tokio::task::JoinHandle<()> {
+    let permits = Arc::new(Semaphore::new(TERM_EVENTS_IN_FLIGHT));
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
+            let last = !matches!(ev, TermEvent::Output(_));
+            if myself.cast(SlotMsg::Term(ev, Some(permit))).is_err() || last {
+                break;
+            }
+        }
+    })
+}
+
+impl Actor for SlotActor {
+    type Msg = SlotMsg;
+    type State = SlotActorState;
+    type Arguments = SlotArgs;
+
+    async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
+        let ctx = args.ctx;
+        let name = args.name;
+        let n2 = name.clone();
+        let record: MemberRecord = ctx
+            .store
+            .run(move |s| s.load_member(&n2))
+            .await?
+            .ok_or_else(|| FleetError::internal(format!("slot of `{name}`"), "no member record in the store"))?;
+        let (prof, enter_delay_ms) = profile(&ctx, &record.profile);
+        let now = ctx.now();
+        let mut core = SlotCore::new(prof, settings(&ctx, record.role), now);
+        let (out, _) = broadcast::channel(256);
+        let fresh = args.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let adopted = fresh.is_none();
+        let handle = match fresh {
+            Some(h) => Ok(h),
+            None => ctx.term.connect(&name, record.generation).await,
+        };
+        let (input, fwd, exit_reason) = match handle {
+            Ok(h) => {
+                if !h.snapshot.is_empty() {
+                    core.restore(&h.snapshot, record.status, record.status_since);
+                }
+                if adopted {
+                    tracing::info!(member = %name, pid = h.pid, "terminal re-adopted");
+                    ctx.events.emit(EventKind::Adopted { member: name.clone(), pid: Some(h.pid) });
+                }
+                if (record.pid != Some(h.pid) || record.host_pid != h.host_pid)
+                    && let Ok(r) = ctx.dir.registry()
+                {
+                    r.cast(RegistryMsg::Pids { name: name.clone(), pid: Some(h.pid), host_pid: h.host_pid });
+                }
+                (Some(h.input), Some(forward(myself.clone(), h.events)), None)
+            }
+            Err(e) => {
+                // The terminal did not survive: record the member as exited and stop.
+                let (code, signal) = ctx.term.recorded_exit(&name, record.generation).unwrap_or((None, None));
+                let reason = if code.is_some() || signal.is_some() {
+                    format!("{} while the daemon was down", describe_exit(code, &signal))
+                } else {
+                    format!("its terminal is gone ({})", e.why)
+                };
+                let _ = myself.cast(SlotMsg::Term(TermEvent::Exited { code, signal }, None));
+                (None, None, Some(reason))
+            }
+        };
+        let st = SlotActorState {
+            ctx: ctx.clone(),
+            name: name.clone(),
+            role: record.role,
+            generation: record.generation,
+            core,
+            profile_name: record.profile.clone(),
+            enter_delay_ms,
+            input,
+            out,
+            timer: Timer::new(),
+            exit_reason,
+            stop_waiters: vec![],
+            forward: fwd,
+            done: false,
+        };
+        ctx.dir
+            .set_slot(&name, Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("the slot of `{name}`")));
+        Ok(st)
+    }
+
+    async fn post_start(&self, myself: ActorRef<SlotMsg>, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+        // Tell the injector where we stand (it may have restarted before us, or we after it).
+        if let Some(i) = st.ctx.dir.injector(&st.name) {
+            i.cast(InjectorMsg::Target(TargetView { status: st.core.status(), injectable: st.core.injectable() }));
+        }
+        st.rearm(&myself);
+        Ok(())
+    }
+
+    async fn post_stop(&self, myself: ActorRef<SlotMsg>, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+        st.timer.cancel();
+        if let Some(f) = st.forward.take() {
+            f.abort();
+        }
+        if !st.done
+            && let Some(i) = st.input.take()
+        {
+            // Daemon shutdown or restart: leave the program running for re-adoption.
+            let _ = i.try_send(TermInput::Detach);
+        }
+        st.ctx.dir.remove_slot(&st.name, myself.get_id());
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<SlotMsg>, msg: SlotMsg, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            SlotMsg::Term(ev, _permit) => match ev {
+                TermEvent::Output(bytes) => {
+                    let fx = st.core.output(&bytes, now);
+                    let _ = st.out.send(bytes);
+                    st.apply(fx);
+                }
+                TermEvent::Exited { code, signal } => {
+                    st.finish(&myself, code, signal, "exited".into()).await;
+                    return Ok(());
+                }
+                TermEvent::Lost(why) => {
+                    let (code, signal) = st.ctx.term.recorded_exit(&st.name, st.generation).unwrap_or((None, None));
+                    st.finish(&myself, code, signal, format!("terminal connection lost: {why}")).await;
+                    return Ok(());
+                }
+            },
+            SlotMsg::Tick => {
+                let fx = st.core.tick(now);
+                st.apply(fx);
+            }
+            SlotMsg::Paste { msg } => {
+                let text = delivery_text(&msg);
+                let mut bytes = Vec::with_capacity(text.len() + 16);
+                if st.core.bracketed_paste() {
+                    bytes.extend_from_slice(b"\x1b[200~");
+                    bytes.extend_from_slice(text.as_bytes());
+                    bytes.extend_from_slice(b"\x1b[201~");
+                } else {
+                    bytes.extend_from_slice(text.as_bytes());
+                }
+                let result = match &st.input {
+                    Some(i) => {
+                        let r = i.send(TermInput::Bytes(bytes)).await;
+                        if r.is_ok() && st.enter_delay_ms == 0 {
+                            i.send(TermInput::Bytes(b"\r".to_vec())).await
+                        } else if r.is_ok() {
+                            let i = i.clone();
+                            let d = st.enter_delay_ms;
+                            tokio::spawn(async move {
+                                tokio::time::sleep(Duration::from_millis(d)).await;
+                                let _ = i.send(TermInput::Bytes(b"\r".to_vec())).await;
+                            });
+                            Ok(())
+                        } else {
+                            r
+                        }
+                    }
+                    None => Err(mpsc::error::SendError(TermInput::Detach)),
+                };
+                let result = result.map_err(|_| "the terminal is closed".to_string());
+                if result.is_ok() {
+                    st.core.injected(now);
+                }
+                if let Some(i) = st.ctx.dir.injector(&st.name) {
+                    i.cast(InjectorMsg::PasteResult { id: msg.id, result });
+                }
+            }
+            SlotMsg::Signal { status, reply } => {
+                let fx = st.core.signal(status, now);
+                st.apply(fx);
+                let _ = reply.send(Ok(()));
+            }
+            SlotMsg::View { reply } => {
+                let _ = reply.send(st.view());
+            }
+            SlotMsg::Tail { reply } => {
+                let _ = reply.send(st.core.tail());
+            }
+            SlotMsg::Input { bytes, reply } => {
+                let r = match &st.input {
+                    Some(i) => i.send(TermInput::Bytes(bytes)).await.map_err(|_| {
+                        FleetError::conflict(format!("input to `{}`", st.name), "its terminal is closed", "input to a live member")
+                    }),
+                    None => Err(FleetError::conflict(format!("input to `{}`", st.name), "it has exited", "input to a live member")),
+                };
+                let _ = reply.send(r);
+            }
+            SlotMsg::Attach { reply } => {
+                let _ = reply.send((st.core.screen_formatted(), st.out.subscribe()));
+            }
+            SlotMsg::Resize { rows, cols } => {
+                st.core.resize(rows, cols);
+                if let Some(i) = &st.input {
+                    let _ = i.send(TermInput::Resize { rows, cols }).await;
+                }
+            }
+            SlotMsg::Stop { reason, reply } => {
+                st.stop_waiters.push(reply);
+                st.terminate(reason);
+            }
+            SlotMsg::Reload => {
+                let (p, d) = profile(&st.ctx, &st.profile_name);
+                st.core.set_profile(p);
+                st.enter_delay_ms = d;
+                st.core.set_settings(settings(&st.ctx, st.role));
+            }
+            SlotMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the slot of `{}`", st.name);
+                }
+            }
+        }
+        st.rearm(&myself);
+        Ok(())
+    }
+}

@@ -1,0 +1,303 @@
+//! Durable state in redb: the member table, every message with its receipt, every ticket.
+//!
+//! Owns the on-disk schema and the rule that a write is durable (fsynced by redb's immediate
+//! durability) before the function returns, so an actor that awaits it may then answer its
+//! caller. Values are JSON so a state dir can be read with ordinary tools and fields can be
+//! added without a migration. Must never hold a transaction across an await, and never be
+//! called on an async worker thread without [`Store::run`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::FleetError;
+use crate::injector::state::Message;
+use crate::registry::state::MemberRecord;
+use crate::tickets::state::Ticket;
+use crate::types::{MemberName, MsgId, TicketId};
+
+const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
+const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
+const TICKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("tickets");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+const NEXT_TICKET: &str = "next_ticket";
+
+/// Errors of the durable store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state database {path}: {source}")]
+    Open {
+        path: String,
+        #[source]
+        source: redb::DatabaseError,
+    },
+    #[error("state database: {0}")]
+    Db(String),
+    #[error("state database holds a record that does not decode ({what}): {source}")]
+    Decode {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+macro_rules! db_err {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self { StoreError::Db(e.to_string()) }
+        }
+    )*};
+}
+db_err!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<StoreError> for FleetError {
+    fn from(e: StoreError) -> Self {
+        FleetError::internal("the write to the state dir", e.to_string())
+    }
+}
+
+fn enc<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing our own plain structs to JSON cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn dec<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|source| StoreError::Decode {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// A batch of writes committed in one durable transaction.
+#[derive(Default, Debug)]
+pub struct Batch {
+    pub members: Vec<MemberRecord>,
+    pub messages: Vec<Message>,
+    pub tickets: Vec<Ticket>,
+    pub delete_tickets: Vec<TicketId>,
+    pub next_ticket: Option<u64>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+            && self.messages.is_empty()
+            && self.tickets.is_empty()
+            && self.delete_tickets.is_empty()
+            && self.next_ticket.is_none()
+    }
+}
+
+/// The daemon's redb database.
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+}
+
+impl Store {
+    /// Open (or create) the database at `path`. Fails if another daemon holds it.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = Database::create(path).map_err(|source| StoreError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let tx = db.begin_write()?;
+        {
+            tx.open_table(MEMBERS)?;
+            tx.open_table(MESSAGES)?;
+            tx.open_table(TICKETS)?;
+            tx.open_table(META)?;
+        }
+        tx.commit()?;
+        Ok(Store { db: Arc::new(db) })
+    }
+
+    /// Run a blocking store call off the async worker threads.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, FleetError>
+    where
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let s = self.clone();
+        match tokio::task::spawn_blocking(move || f(&s)).await {
+            Ok(r) => r.map_err(FleetError::from),
+            Err(e) => Err(FleetError::internal("a state dir write", format!("the writer task failed: {e}"))),
+        }
+    }
+
+    /// Commit a batch durably.
+    pub fn commit(&self, b: &Batch) -> Result<(), StoreError> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(MEMBERS)?;
+            for m in &b.members {
+                t.insert(m.name.as_str(), enc(m).as_slice())?;
+            }
+            let mut t = tx.open_table(MESSAGES)?;
+            for m in &b.messages {
+                t.insert(m.id.0, enc(m).as_slice())?;
+            }
+            let mut t = tx.open_table(TICKETS)?;
+            for tk in &b.tickets {
+                t.insert(tk.id.0, enc(tk).as_slice())?;
+            }
+            for id in &b.delete_tickets {
+                t.remove(id.0)?;
+            }
+            if let Some(n) = b.next_ticket {
+                let mut meta = tx.open_table(META)?;
+                meta.insert(NEXT_TICKET, n)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn save_member(&self, m: &MemberRecord) -> Result<(), StoreError> {
+        self.commit(&Batch {
+            members: vec![m.clone()],
+            ..Default::default()
+        })
+    }
+
+    pub fn load_members(&self) -> Result<Vec<MemberRecord>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MEMBERS)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(dec(&format!("member {}", k.value()), v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn load_member(&self, name: &MemberName) -> Result<Option<MemberRecord>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MEMBERS)?;
+        match t.get(name.as_str())? {
+            Some(v) => Ok(Some(dec(&format!("member {name}"), v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every stored message, in id order.
+    pub fn load_messages(&self) -> Result<Vec<Message>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MESSAGES)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(dec(&format!("message m-{}", k.value()), v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// `target`'s messages that are not final, in send order.
+    pub fn pending_for(&self, target: &MemberName) -> Result<Vec<Message>, StoreError> {
+        Ok(self
+            .load_messages()?
+            .into_iter()
+            .filter(|m| &m.target == target && !m.state.is_final())
+            .collect())
+    }
+
+    pub fn message(&self, id: MsgId) -> Result<Option<Message>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MESSAGES)?;
+        match t.get(id.0)? {
+            Some(v) => Ok(Some(dec(&format!("message {id}"), v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The highest message id ever stored (ids are never reused).
+    pub fn last_msg_id(&self) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MESSAGES)?;
+        Ok(t.last()?.map(|(k, _)| k.value()).unwrap_or(0))
+    }
+
+    /// Forget the oldest final messages beyond `keep` (receipts of settled messages).
+    pub fn trim_messages(&self, keep: usize) -> Result<usize, StoreError> {
+        let all = self.load_messages()?;
+        let finals: Vec<u64> = all.iter().filter(|m| m.state.is_final()).map(|m| m.id.0).collect();
+        let excess = all.len().saturating_sub(keep).min(finals.len());
+        if excess == 0 {
+            return Ok(0);
+        }
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(MESSAGES)?;
+            for id in finals.into_iter().take(excess) {
+                t.remove(id)?;
+            }
+        }
+        tx.commit()?;
+        Ok(excess)
+    }
+
+    pub fn load_tickets(&self) -> Result<(Vec<Ticket>, u64), StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TICKETS)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push(dec(&format!("ticket t-{}", k.value()), v.value())?);
+        }
+        let meta = tx.open_table(META)?;
+        let next = meta.get(NEXT_TICKET)?.map(|v| v.value()).unwrap_or(1);
+        Ok((out, next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::injector::state::ReceiptState;
+    use crate::types::Party;
+
+    #[test]
+    fn round_trip_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let m = Message {
+            id: MsgId(3),
+            target: MemberName::new("w1").unwrap(),
+            from: Party::Operator,
+            ticket: Some(TicketId(1)),
+            body: "hi".into(),
+            state: ReceiptState::Queued,
+            queued_at: 1,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+        };
+        {
+            let s = Store::open(&path).unwrap();
+            s.commit(&Batch { messages: vec![m.clone()], next_ticket: Some(9), ..Default::default() }).unwrap();
+            // A second open of the same file is refused while the first holds it.
+            assert!(Store::open(&path).is_err());
+        }
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.pending_for(&m.target).unwrap(), vec![m.clone()]);
+        assert_eq!(s.last_msg_id().unwrap(), 3);
+        assert_eq!(s.load_tickets().unwrap().1, 9);
+        let mut done = m;
+        done.state = ReceiptState::Accepted;
+        s.commit(&Batch { messages: vec![done], ..Default::default() }).unwrap();
+        assert!(s.pending_for(&MemberName::new("w1").unwrap()).unwrap().is_empty());
+        assert_eq!(s.trim_messages(0).unwrap(), 1);
+    }
+}

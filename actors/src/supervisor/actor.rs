@@ -1,0 +1,241 @@
+//! The supervisor shell: starts children linked to itself, restarts them under their policy
+//! (the pure [`RestartTracker`]), escalates past the restart intensity, and stops children in
+//! reverse start order on shutdown (ractor kills descendants without `post_stop` when a parent
+//! exits, so children are stopped explicitly first).
+//!
+//! Why not ractor-supervisor: it requires every supervised actor to be globally named, and
+//! ractor's registry is process-global, which collides when several daemons share a process
+//! (the demo, tests). A restart policy is small enough to own as a tested pure core.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use serde::Serialize;
+
+use crate::ctx::SharedCtx;
+use crate::error::FleetError;
+use crate::events::EventKind;
+use crate::supervisor::policy::{Decision, ExitKind, RestartTracker};
+use crate::term::BoxFut;
+
+/// Starts (or restarts) one child, linked to the given supervisor cell.
+pub type StartFn = Arc<dyn Fn(ActorCell) -> BoxFut<'static, Result<ActorCell, FleetError>> + Send + Sync>;
+
+/// A child: its id (`registry`, `slot:w1`, ...), its kind (for the policy) and how to start it.
+#[derive(Clone)]
+pub struct ChildSpec {
+    pub id: String,
+    pub kind: &'static str,
+    pub start: StartFn,
+}
+
+pub enum SupervisorMsg {
+    /// Start a new child and keep it supervised.
+    Start {
+        spec: ChildSpec,
+        reply: RpcReplyPort<Result<(), FleetError>>,
+    },
+    /// Restart a child after its backoff.
+    Restart { id: String },
+    /// Stop every child in reverse start order, each within its share of the deadline; the
+    /// reply names the children that had to be killed.
+    Shutdown {
+        deadline: Duration,
+        reply: RpcReplyPort<Vec<String>>,
+    },
+    Children {
+        reply: RpcReplyPort<Vec<ChildView>>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChildView {
+    pub id: String,
+    pub kind: String,
+    pub running: bool,
+    pub restarts_in_window: usize,
+    pub restarts_total: u64,
+}
+
+struct Child {
+    spec: ChildSpec,
+    cell: Option<ActorCell>,
+    tracker: RestartTracker,
+    restarts_total: u64,
+}
+
+pub struct Supervisor;
+
+pub struct SupervisorState {
+    ctx: SharedCtx,
+    children: Vec<Child>,
+    shutting_down: bool,
+}
+
+impl SupervisorState {
+    fn find_by_cell(&self, cell: &ActorCell) -> Option<usize> {
+        let id = cell.get_id();
+        self.children
+            .iter()
+            .position(|c| c.cell.as_ref().is_some_and(|x| x.get_id() == id))
+    }
+
+    /// A child ended: consult its policy.
+    fn on_exit(&mut self, myself: &ActorRef<SupervisorMsg>, idx: usize, exit: ExitKind, detail: String) {
+        let now = self.ctx.now();
+        let child = &mut self.children[idx];
+        child.cell = None;
+        let id = child.spec.id.clone();
+        match child.tracker.on_exit(&id, exit, now) {
+            Decision::Restart { delay_ms, attempt } => {
+                child.restarts_total += 1;
+                tracing::warn!(child = %id, attempt, delay_ms, detail = %detail, "child ended; restarting");
+                self.ctx.events.emit(EventKind::Restarted {
+                    child: id.clone(),
+                    attempt,
+                    reason: detail,
+                });
+                myself.send_after(Duration::from_millis(delay_ms), move || SupervisorMsg::Restart { id });
+            }
+            Decision::Escalate { reason } => {
+                let reason = format!("{reason}; last failure: {detail}");
+                tracing::error!(child = %id, %reason, "restart limit exceeded; the daemon escalates and exits");
+                *self.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                self.ctx.events.emit(EventKind::Escalated { reason: reason.clone() });
+                myself.stop(Some(reason));
+            }
+            Decision::Done => {
+                tracing::debug!(child = %id, detail = %detail, "child ended and stays stopped");
+                self.children.remove(idx);
+            }
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SharedCtx;
+
+    async fn pre_start(&self, _myself: ActorRef<SupervisorMsg>, ctx: SharedCtx) -> Result<SupervisorState, ActorProcessingErr> {
+        Ok(SupervisorState {
+            ctx,
+            children: vec![],
+            shutting_down: false,
+        })
+    }
+
+    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, st: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Start { spec, reply } => {
+                if st.shutting_down {
+                    let _ = reply.send(Err(FleetError::unavailable(format!("start of {}", spec.id), "the daemon is shutting down")));
+                    return Ok(());
+                }
+                if st.children.iter().any(|c| c.spec.id == spec.id) {
+                    let _ = reply.send(Err(FleetError::conflict(
+                        format!("start of {}", spec.id),
+                        "a child with that id is already supervised",
+                        "a unique child id",
+                    )));
+                    return Ok(());
+                }
+                let policy = st.ctx.config().restart_policy(spec.kind);
+                let r = (spec.start)(myself.get_cell()).await;
+                match r {
+                    Ok(cell) => {
+                        st.children.push(Child {
+                            spec,
+                            cell: Some(cell),
+                            tracker: RestartTracker::new(policy),
+                            restarts_total: 0,
+                        });
+                        let _ = reply.send(Ok(()));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            SupervisorMsg::Restart { id } => {
+                if st.shutting_down {
+                    return Ok(());
+                }
+                let Some(idx) = st.children.iter().position(|c| c.spec.id == id) else {
+                    return Ok(());
+                };
+                let start = st.children[idx].spec.start.clone();
+                match start(myself.get_cell()).await {
+                    Ok(cell) => {
+                        tracing::info!(child = %id, "child restarted");
+                        st.children[idx].cell = Some(cell);
+                    }
+                    Err(e) => {
+                        let detail = format!("restart failed: {e}");
+                        st.on_exit(&myself, idx, ExitKind::Failed, detail);
+                    }
+                }
+            }
+            SupervisorMsg::Shutdown { deadline, reply } => {
+                st.shutting_down = true;
+                let n = st.children.iter().filter(|c| c.cell.is_some()).count().max(1);
+                let share = deadline / n as u32;
+                let mut hung = vec![];
+                for child in st.children.iter_mut().rev() {
+                    if let Some(cell) = child.cell.take() {
+                        tracing::debug!(child = %child.spec.id, "stopping");
+                        if cell.stop_and_wait(Some("shutdown".into()), Some(share)).await.is_err() {
+                            tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
+                            cell.kill();
+                            hung.push(child.spec.id.clone());
+                        }
+                    }
+                }
+                let _ = reply.send(hung);
+            }
+            SupervisorMsg::Children { reply } => {
+                let now = st.ctx.now();
+                let v = st
+                    .children
+                    .iter()
+                    .map(|c| ChildView {
+                        id: c.spec.id.clone(),
+                        kind: c.spec.kind.to_string(),
+                        running: c.cell.is_some(),
+                        restarts_in_window: c.tracker.recent(now),
+                        restarts_total: c.restarts_total,
+                    })
+                    .collect();
+                let _ = reply.send(v);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        evt: SupervisionEvent,
+        st: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.shutting_down {
+            return Ok(());
+        }
+        match evt {
+            SupervisionEvent::ActorFailed(cell, err) => {
+                if let Some(idx) = st.find_by_cell(&cell) {
+                    st.on_exit(&myself, idx, ExitKind::Failed, format!("failed: {err}"));
+                }
+            }
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                if let Some(idx) = st.find_by_cell(&cell) {
+                    let detail = format!("stopped: {}", reason.unwrap_or_else(|| "normal exit".into()));
+                    st.on_exit(&myself, idx, ExitKind::Normal, detail);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,240 @@
+//! The ticket desk shell: persists every ticket change before answering, holds the reply ports
+//! of bounded waits (`fleet_send {wait:true}`, `fleet_ask`), and fires the TTL timer. Must never
+//! decide who may reply or when a ticket expires: the core does.
+
+use std::collections::HashMap;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::error::FleetError;
+use crate::events::EventKind;
+use crate::store::Batch;
+use crate::tickets::state::{Desk, Effect, Ticket, TicketKind};
+use crate::types::{Caller, MemberName, Millis, MsgId, Party, TicketId};
+
+pub enum DeskMsg {
+    Open {
+        kind: TicketKind,
+        from: Party,
+        to: MemberName,
+        msg: Option<MsgId>,
+        body: String,
+        ttl_ms: Millis,
+        reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    Reply {
+        caller: Caller,
+        ticket: TicketId,
+        text: String,
+        reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    TurnEnded {
+        ticket: TicketId,
+        tail: String,
+    },
+    Undeliverable {
+        ticket: TicketId,
+        why: String,
+    },
+    Wait {
+        ticket: TicketId,
+        deadline: Millis,
+        reply: RpcReplyPort<Result<WaitOutcome, FleetError>>,
+    },
+    Poll {
+        party: Party,
+        reply: RpcReplyPort<Vec<Ticket>>,
+    },
+    Ack {
+        party: Party,
+        ticket: TicketId,
+        reply: RpcReplyPort<Result<(), FleetError>>,
+    },
+    Get {
+        ticket: TicketId,
+        reply: RpcReplyPort<Option<Ticket>>,
+    },
+    All {
+        reply: RpcReplyPort<Vec<Ticket>>,
+    },
+    Tick,
+    Reload,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+/// How a bounded wait on a ticket ended.
+#[derive(Clone, Debug)]
+pub enum WaitOutcome {
+    Resolved(Ticket),
+    TimedOut(Ticket),
+}
+
+pub struct DeskActor;
+
+pub struct DeskState {
+    ctx: SharedCtx,
+    core: Desk,
+    waiters: HashMap<u64, RpcReplyPort<Result<WaitOutcome, FleetError>>>,
+    next_waiter: u64,
+    timer: Timer,
+}
+
+impl DeskState {
+    async fn perform(&mut self, fx: Vec<Effect>) -> Result<(), FleetError> {
+        let mut batch = Batch::default();
+        let mut wakes = vec![];
+        for e in fx {
+            match e {
+                Effect::Save(t) => batch.tickets.push(t),
+                Effect::Delete(id) => batch.delete_tickets.push(id),
+                Effect::Wake { waiter, ticket } => wakes.push((waiter, WaitOutcome::Resolved(ticket))),
+                Effect::WaitExpired { waiter, ticket } => wakes.push((waiter, WaitOutcome::TimedOut(ticket))),
+            }
+        }
+        if !batch.is_empty() {
+            batch.next_ticket = Some(self.core.next_id());
+            let saved = batch.tickets.clone();
+            self.ctx.store.run(move |s| s.commit(&batch)).await?;
+            for t in saved {
+                self.ctx.events.emit(EventKind::Ticket {
+                    ticket: t.id,
+                    kind: t.kind,
+                    from: t.from,
+                    to: t.to,
+                    state: t.state,
+                });
+            }
+        }
+        for (w, outcome) in wakes {
+            if let Some(port) = self.waiters.remove(&w) {
+                let _ = port.send(Ok(outcome));
+            }
+        }
+        Ok(())
+    }
+
+    fn rearm(&mut self, myself: &ActorRef<DeskMsg>) {
+        let now = self.ctx.now();
+        self.timer.arm(myself, self.core.next_deadline(), now, || DeskMsg::Tick);
+    }
+}
+
+impl Actor for DeskActor {
+    type Msg = DeskMsg;
+    type State = DeskState;
+    type Arguments = SharedCtx;
+
+    async fn pre_start(&self, myself: ActorRef<DeskMsg>, ctx: SharedCtx) -> Result<DeskState, ActorProcessingErr> {
+        let (tickets, next) = ctx.store.run(|s| s.load_tickets()).await?;
+        let core = Desk::new(tickets, next, ctx.config().tickets.retention);
+        ctx.dir
+            .set_tickets(Some(Mailbox::new(myself.clone(), ctx.mailbox_cap(), "the ticket desk")));
+        Ok(DeskState {
+            ctx,
+            core,
+            waiters: HashMap::new(),
+            next_waiter: 1,
+            timer: Timer::new(),
+        })
+    }
+
+    async fn post_start(&self, myself: ActorRef<DeskMsg>, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+        // Tickets that expired while the daemon was down expire now.
+        let now = st.ctx.now();
+        let fx = st.core.tick(now);
+        st.perform(fx).await?;
+        st.rearm(&myself);
+        Ok(())
+    }
+
+    async fn post_stop(&self, myself: ActorRef<DeskMsg>, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+        st.timer.cancel();
+        if st.ctx.dir.tickets().is_ok_and(|m| m.actor.get_id() == myself.get_id()) {
+            st.ctx.dir.set_tickets(None);
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<DeskMsg>, msg: DeskMsg, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            DeskMsg::Open { kind, from, to, msg, body, ttl_ms, reply } => {
+                let (t, fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
+                let r = st.perform(fx).await.map(|_| t);
+                let _ = reply.send(r);
+            }
+            DeskMsg::Reply { caller, ticket, text, reply } => match st.core.reply(&caller, ticket, text, now) {
+                Ok((t, fx)) => {
+                    let r = st.perform(fx).await.map(|_| t);
+                    let _ = reply.send(r);
+                }
+                Err((e, fx)) => {
+                    // A late reply is refused but kept: persist it before refusing.
+                    let r = st.perform(fx).await;
+                    let _ = reply.send(Err(r.err().unwrap_or(e)));
+                }
+            },
+            DeskMsg::TurnEnded { ticket, tail } => {
+                let fx = st.core.turn_ended(ticket, tail, now);
+                st.perform(fx).await?;
+            }
+            DeskMsg::Undeliverable { ticket, why } => {
+                let fx = st.core.undeliverable(ticket, &why, now);
+                st.perform(fx).await?;
+            }
+            DeskMsg::Wait { ticket, deadline, reply } => {
+                let w = st.next_waiter;
+                st.next_waiter += 1;
+                match st.core.wait(ticket, w, deadline) {
+                    Ok(Some(t)) => {
+                        let _ = reply.send(Ok(WaitOutcome::Resolved(t)));
+                    }
+                    Ok(None) => {
+                        st.waiters.insert(w, reply);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            DeskMsg::Poll { party, reply } => {
+                let _ = reply.send(st.core.poll(&party));
+            }
+            DeskMsg::Ack { party, ticket, reply } => match st.core.ack(&party, ticket, now) {
+                Ok(fx) => {
+                    let r = st.perform(fx).await;
+                    let _ = reply.send(r);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            DeskMsg::Get { ticket, reply } => {
+                let _ = reply.send(st.core.get(ticket).cloned());
+            }
+            DeskMsg::All { reply } => {
+                let _ = reply.send(st.core.all().cloned().collect());
+            }
+            DeskMsg::Tick => {
+                // Drop the waits whose callers went away.
+                let gone: Vec<u64> = st.waiters.iter().filter(|(_, p)| p.is_closed()).map(|(k, _)| *k).collect();
+                for w in gone {
+                    st.waiters.remove(&w);
+                    st.core.cancel_wait(w);
+                }
+                let fx = st.core.tick(now);
+                st.perform(fx).await?;
+            }
+            DeskMsg::Reload => st.core.set_retention(st.ctx.config().tickets.retention),
+            DeskMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the ticket desk");
+                }
+            }
+        }
+        st.rearm(&myself);
+        Ok(())
+    }
+}
