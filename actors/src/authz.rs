@@ -17,9 +17,13 @@ pub enum Action<'a> {
     Drain,
     Send,
     /// Reply to a ticket whose target (the session that owns it) is `owner`.
-    Reply { owner: &'a MemberName },
+    Reply {
+        owner: &'a MemberName,
+    },
     /// Ask one's lead; `lead` is the lead the caller would ask, if it has one.
-    Ask { lead: Option<&'a MemberName> },
+    Ask {
+        lead: Option<&'a MemberName>,
+    },
     /// list, status, poll and ack of own tickets.
     Read,
     /// who am I: open to every process.
@@ -53,7 +57,10 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
     let member = match caller {
         Caller::NotMember { .. } => {
             return refuse(
-                format!("{} is not a fleet member; only fleet_whoami is open to it", caller.describe()),
+                format!(
+                    "{} is not a fleet member; only fleet_whoami is open to it",
+                    caller.describe()
+                ),
                 "a call from a process running inside a member's terminal",
             );
         }
@@ -78,7 +85,11 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                 Ok(())
             } else {
                 refuse(
-                    format!("{} may not {}; it is primary-only", caller.describe(), action.rule().to_lowercase()),
+                    format!(
+                        "{} may not {}; it is primary-only",
+                        caller.describe(),
+                        action.rule().to_lowercase()
+                    ),
                     "the same call from the primary (the lead)",
                 )
             }
@@ -88,7 +99,10 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                 Ok(())
             } else {
                 refuse(
-                    format!("{} may not send; SEND is for the primary or an architect", caller.describe()),
+                    format!(
+                        "{} may not send; SEND is for the primary or an architect",
+                        caller.describe()
+                    ),
                     "fleet_reply to the ticket you were handed, or fleet_ask to ask your lead",
                 )
             }
@@ -110,7 +124,10 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                 "fleet_ask from a member whose lead is another member",
             ),
             None => refuse(
-                format!("{} has no lead to ask (no live primary, and its spawner is gone)", caller.describe()),
+                format!(
+                    "{} has no lead to ask (no live primary, and its spawner is gone)",
+                    caller.describe()
+                ),
                 "fleet_ask while a primary is running",
             ),
         },

@@ -296,7 +296,8 @@ impl CompiledProfile {
                 )
             })
         };
-        let opt = |field: &str, src: &Option<String>| src.as_deref().map(|s| re(field, s)).transpose();
+        let opt =
+            |field: &str, src: &Option<String>| src.as_deref().map(|s| re(field, s)).transpose();
         Ok(CompiledProfile {
             name: name.to_string(),
             prompt: re("prompt", &p.prompt)?,
@@ -314,7 +315,11 @@ impl Config {
     /// Parse TOML text; unknown keys are errors so typos do not pass silently.
     pub fn parse(text: &str) -> Result<Config, FleetError> {
         toml::from_str::<Config>(text).map_err(|e| {
-            FleetError::invalid("config", e.to_string().trim().to_string(), "TOML in the shape `fleetd config default` prints")
+            FleetError::invalid(
+                "config",
+                e.to_string().trim().to_string(),
+                "TOML in the shape `fleetd config default` prints",
+            )
         })
     }
 
@@ -334,7 +339,9 @@ impl Config {
             return p.to_string();
         }
         if role == Role::Architect
-            && let Some(p) = slot.and_then(|s| self.architects.get(s)).and_then(|a| a.profile.clone())
+            && let Some(p) = slot
+                .and_then(|s| self.architects.get(s))
+                .and_then(|a| a.profile.clone())
         {
             return p;
         }
@@ -346,7 +353,10 @@ impl Config {
             FleetError::not_found(
                 format!("profile `{name}`"),
                 "no such profile in config",
-                format!("one of: {}", self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")),
+                format!(
+                    "one of: {}",
+                    self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
             )
         })?;
         CompiledProfile::compile(name, p)
@@ -362,24 +372,33 @@ impl Config {
                 problems.push(e.to_string());
             }
             if p.command.is_empty() {
-                problems.push(format!("profiles.{name}.command is empty: give the agent's argv"));
+                problems.push(format!(
+                    "profiles.{name}.command is empty: give the agent's argv"
+                ));
             }
         }
         for (slot, a) in &self.architects {
             if let Some(p) = &a.profile
                 && !self.profiles.contains_key(p)
             {
-                problems.push(format!("architects.{slot}.profile names `{p}`, which is not a configured profile"));
+                problems.push(format!(
+                    "architects.{slot}.profile names `{p}`, which is not a configured profile"
+                ));
             }
             if crate::types::MemberName::new(slot).is_err() {
-                problems.push(format!("architects.{slot}: a slot name must be a valid member name"));
+                problems.push(format!(
+                    "architects.{slot}: a slot name must be a valid member name"
+                ));
             }
         }
         if self.lifecycle.rows < 2 || self.lifecycle.cols < 10 {
             problems.push("lifecycle.rows must be >= 2 and lifecycle.cols >= 10".into());
         }
         for (field, v) in [
-            ("injector.max_message_bytes", self.injector.max_message_bytes),
+            (
+                "injector.max_message_bytes",
+                self.injector.max_message_bytes,
+            ),
             ("injector.max_queue", self.injector.max_queue),
             ("limits.mailbox", self.limits.mailbox),
             ("lifecycle.max_members", self.lifecycle.max_members),
@@ -389,13 +408,17 @@ impl Config {
             }
         }
         for (kind, p) in &self.supervision {
-            if !["default", "registry", "tickets", "slot", "injector", "api"].contains(&kind.as_str()) {
+            if !["default", "registry", "tickets", "slot", "injector", "api"]
+                .contains(&kind.as_str())
+            {
                 problems.push(format!(
                     "supervision.{kind} is not a child kind (default, registry, tickets, slot, injector, api)"
                 ));
             }
             if p.max_restarts == 0 && p.restart != Restart::Temporary {
-                problems.push(format!("supervision.{kind}.max_restarts is 0: any failure would escalate"));
+                problems.push(format!(
+                    "supervision.{kind}.max_restarts is 0: any failure would escalate"
+                ));
             }
         }
         for (role, text) in [

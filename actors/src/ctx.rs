@@ -70,7 +70,10 @@ impl<M: ractor::Message> Mailbox<M> {
         let _permit = self.permits.clone().try_acquire_owned().map_err(|_| {
             FleetError::overloaded(
                 format!("a request to {}", self.label),
-                format!("{} requests are already in flight to it (limits.mailbox = {})", self.cap, self.cap),
+                format!(
+                    "{} requests are already in flight to it (limits.mailbox = {})",
+                    self.cap, self.cap
+                ),
                 "the same request once the daemon has caught up",
             )
         })?;
@@ -97,7 +100,8 @@ impl<M: ractor::Message> Mailbox<M> {
 }
 
 /// Where each actor currently lives. Entries change when an actor restarts.
-pub struct Directory<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> {
+pub struct Directory<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message>
+{
     registry: RwLock<Option<Mailbox<R>>>,
     tickets: RwLock<Option<Mailbox<T>>>,
     slots: RwLock<HashMap<MemberName, Mailbox<S>>>,
@@ -111,7 +115,9 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Default for Directory<R, T, S, I> {
+impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Default
+    for Directory<R, T, S, I>
+{
     fn default() -> Self {
         Directory {
             registry: RwLock::new(None),
@@ -122,7 +128,9 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
     }
 }
 
-impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Directory<R, T, S, I> {
+impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message>
+    Directory<R, T, S, I>
+{
     pub fn registry(&self) -> Result<Mailbox<R>, FleetError> {
         read(&self.registry)
             .clone()

@@ -103,19 +103,35 @@ impl FleetError {
         Self::new(ErrorKind::Invalid, refused, why, accepted)
     }
 
-    pub fn not_found(refused: impl Into<String>, why: impl Into<String>, accepted: impl Into<String>) -> Self {
+    pub fn not_found(
+        refused: impl Into<String>,
+        why: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorKind::NotFound, refused, why, accepted)
     }
 
-    pub fn conflict(refused: impl Into<String>, why: impl Into<String>, accepted: impl Into<String>) -> Self {
+    pub fn conflict(
+        refused: impl Into<String>,
+        why: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorKind::Conflict, refused, why, accepted)
     }
 
-    pub fn overloaded(refused: impl Into<String>, why: impl Into<String>, accepted: impl Into<String>) -> Self {
+    pub fn overloaded(
+        refused: impl Into<String>,
+        why: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorKind::Overloaded, refused, why, accepted)
     }
 
-    pub fn timeout(refused: impl Into<String>, why: impl Into<String>, accepted: impl Into<String>) -> Self {
+    pub fn timeout(
+        refused: impl Into<String>,
+        why: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorKind::Timeout, refused, why, accepted)
     }
 
@@ -147,8 +163,13 @@ mod tests {
 
     #[test]
     fn display_names_all_three_parts() {
-        let e = FleetError::new(ErrorKind::Forbidden, "fleet_spawn", "a worker may not spawn", "a call from the primary")
-            .with_rule("SPAWN");
+        let e = FleetError::new(
+            ErrorKind::Forbidden,
+            "fleet_spawn",
+            "a worker may not spawn",
+            "a call from the primary",
+        )
+        .with_rule("SPAWN");
         let s = e.to_string();
         assert!(s.contains("fleet_spawn refused"));
         assert!(s.contains("a worker may not spawn"));

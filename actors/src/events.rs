@@ -156,7 +156,10 @@ mod tests {
         }
         let (past, mut rx) = bus.subscribe(3);
         // The ring holds 4: seq 3..=6; since=3 gives 4..=6.
-        assert_eq!(past.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![4, 5, 6]);
+        assert_eq!(
+            past.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![4, 5, 6]
+        );
         bus.emit(EventKind::Escalated { reason: "y".into() });
         assert_eq!(rx.recv().await.unwrap().seq, 7);
         let j = serde_json::to_value(&past[0]).unwrap();

@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 use crate::authz::{Action, authorize, coordinator_row_visible};
 use crate::ctx::{Mailbox, SharedCtx};
 use crate::error::{ErrorKind, FleetError};
-use crate::events::{EventKind};
+use crate::events::EventKind;
 use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
 use crate::injector::state::{Message, ReceiptState};
 use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
@@ -216,7 +216,10 @@ impl Fleet {
         let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone())
             .await
             .map_err(|e| FleetError::internal("daemon start", format!("supervisor: {e}")))?;
-        let fleet = Fleet { ctx: ctx.clone(), sup };
+        let fleet = Fleet {
+            ctx: ctx.clone(),
+            sup,
+        };
         let c1 = ctx.clone();
         fleet
             .start_child(ChildSpec {
@@ -241,9 +244,12 @@ impl Fleet {
                 start: Arc::new(move |sup| {
                     let c = c2.clone();
                     Box::pin(async move {
-                        let (r, _) = Actor::spawn_linked(None, DeskActor, c, sup)
-                            .await
-                            .map_err(|e| FleetError::internal("ticket desk start", e.to_string()))?;
+                        let (r, _) =
+                            Actor::spawn_linked(None, DeskActor, c, sup)
+                                .await
+                                .map_err(|e| {
+                                    FleetError::internal("ticket desk start", e.to_string())
+                                })?;
                         Ok(r.get_cell())
                     })
                 }),
@@ -251,8 +257,12 @@ impl Fleet {
             .await?;
         let members = fleet.registry_members().await?;
         let live: Vec<MemberRecord> = members.into_iter().filter(|m| m.is_live()).collect();
-        ctx.term
-            .sweep(&live.iter().map(|m| (m.name.clone(), m.generation)).collect::<Vec<_>>());
+        ctx.term.sweep(
+            &live
+                .iter()
+                .map(|m| (m.name.clone(), m.generation))
+                .collect::<Vec<_>>(),
+        );
         for m in live {
             tracing::info!(member = %m.name, "re-adopting member");
             if let Err(e) = fleet.start_member(&m.name, None).await {
@@ -265,21 +275,36 @@ impl Fleet {
     /// Start a supervised child.
     pub async fn start_child(&self, spec: ChildSpec) -> Result<(), FleetError> {
         let id = spec.id.clone();
-        match self.sup.call(|reply| SupervisorMsg::Start { spec, reply }, Some(CALL)).await {
+        match self
+            .sup
+            .call(|reply| SupervisorMsg::Start { spec, reply }, Some(CALL))
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => Err(FleetError::unavailable(format!("start of {id}"), "the supervisor did not answer")),
+            _ => Err(FleetError::unavailable(
+                format!("start of {id}"),
+                "the supervisor did not answer",
+            )),
         }
     }
 
     /// Start (or re-adopt, with `handle: None`) a member's slot and injector.
-    async fn start_member(&self, name: &MemberName, handle: Option<TermHandle>) -> Result<(), FleetError> {
+    async fn start_member(
+        &self,
+        name: &MemberName,
+        handle: Option<TermHandle>,
+    ) -> Result<(), FleetError> {
         let h = Arc::new(Mutex::new(handle));
         let (ctx, n) = (self.ctx.clone(), name.clone());
         self.start_child(ChildSpec {
             id: format!("slot:{name}"),
             kind: "slot",
             start: Arc::new(move |sup| {
-                let args = SlotArgs { ctx: ctx.clone(), name: n.clone(), handle: h.clone() };
+                let args = SlotArgs {
+                    ctx: ctx.clone(),
+                    name: n.clone(),
+                    handle: h.clone(),
+                };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(None, SlotActor, args, sup)
                         .await
@@ -294,7 +319,10 @@ impl Fleet {
             id: format!("injector:{name}"),
             kind: "injector",
             start: Arc::new(move |sup| {
-                let args = InjectorArgs { ctx: ctx.clone(), target: n.clone() };
+                let args = InjectorArgs {
+                    ctx: ctx.clone(),
+                    target: n.clone(),
+                };
                 Box::pin(async move {
                     let (r, _) = Actor::spawn_linked(None, InjectorActor, args, sup)
                         .await
@@ -307,12 +335,20 @@ impl Fleet {
     }
 
     async fn registry_members(&self) -> Result<Vec<MemberRecord>, FleetError> {
-        self.ctx.dir.registry()?.call(|reply| RegistryMsg::Members { reply }, CALL).await
+        self.ctx
+            .dir
+            .registry()?
+            .call(|reply| RegistryMsg::Members { reply }, CALL)
+            .await
     }
 
     async fn member(&self, name: &MemberName) -> Result<Option<MemberRecord>, FleetError> {
         let n = name.clone();
-        self.ctx.dir.registry()?.call(|reply| RegistryMsg::Member { name: n, reply }, CALL).await
+        self.ctx
+            .dir
+            .registry()?
+            .call(|reply| RegistryMsg::Member { name: n, reply }, CALL)
+            .await
     }
 
     async fn live_member(&self, name: &MemberName, what: &str) -> Result<MemberRecord, FleetError> {
@@ -322,17 +358,29 @@ impl Fleet {
                 what,
                 format!(
                     "`{name}` has exited ({})",
-                    m.exit.map(|e| e.reason).unwrap_or_else(|| "no reason recorded".into())
+                    m.exit
+                        .map(|e| e.reason)
+                        .unwrap_or_else(|| "no reason recorded".into())
                 ),
                 "a live member (see fleet_list)",
             )),
-            None => Err(FleetError::not_found(what, format!("there is no member `{name}`"), "a member name from fleet_list")),
+            None => Err(FleetError::not_found(
+                what,
+                format!("there is no member `{name}`"),
+                "a member name from fleet_list",
+            )),
         }
     }
 
     async fn receipt(&self, id: Option<MsgId>) -> Option<Receipt> {
         let id = id?;
-        self.ctx.store.run(move |s| s.message(id)).await.ok().flatten().map(|m| Receipt::from(&m))
+        self.ctx
+            .store
+            .run(move |s| s.message(id))
+            .await
+            .ok()
+            .flatten()
+            .map(|m| Receipt::from(&m))
     }
 
     async fn view(&self, t: Ticket) -> TicketView {
@@ -355,7 +403,10 @@ impl Fleet {
                     parent: rec.as_ref().map(|r| r.parent.clone()),
                     charter_sha256: rec.map(|r| r.charter_sha256),
                     host,
-                    note: format!("you are {}, resolved from your connection's process tree", caller.describe()),
+                    note: format!(
+                        "you are {}, resolved from your connection's process tree",
+                        caller.describe()
+                    ),
                 }
             }
             Caller::Operator => WhoAmI {
@@ -366,7 +417,8 @@ impl Fleet {
                 parent: None,
                 charter_sha256: None,
                 host,
-                note: "you are the operator (a process outside every member, on the REST socket)".into(),
+                note: "you are the operator (a process outside every member, on the REST socket)"
+                    .into(),
             },
             Caller::NotMember { .. } => WhoAmI {
                 member: false,
@@ -384,16 +436,22 @@ impl Fleet {
         }
     }
 
-    pub async fn spawn(&self, caller: &Caller, req: SpawnRequest) -> Result<MemberView, FleetError> {
+    pub async fn spawn(
+        &self,
+        caller: &Caller,
+        req: SpawnRequest,
+    ) -> Result<MemberView, FleetError> {
         authorize(caller, &Action::Spawn, "fleet_spawn")?;
-        let parent = caller
-            .party()
-            .ok_or_else(|| FleetError::internal("fleet_spawn", "an authorized caller has no party"))?;
+        let parent = caller.party().ok_or_else(|| {
+            FleetError::internal("fleet_spawn", "an authorized caller has no party")
+        })?;
         let name = member_name(&req.name)?;
         let role: Role = req.role.parse()?;
         let config = self.ctx.config();
         let slot = match (role, req.slot.clone()) {
-            (Role::Architect, None) if config.architects.contains_key(name.as_str()) => Some(name.to_string()),
+            (Role::Architect, None) if config.architects.contains_key(name.as_str()) => {
+                Some(name.to_string())
+            }
             (_, s) => s,
         };
         let profile_name = config.profile_for(role, slot.as_deref(), req.profile.as_deref());
@@ -401,7 +459,15 @@ impl Fleet {
             FleetError::invalid(
                 format!("fleet_spawn of `{name}`"),
                 format!("profile `{profile_name}` is not configured"),
-                format!("one of: {}", config.profiles.keys().cloned().collect::<Vec<_>>().join(", ")),
+                format!(
+                    "one of: {}",
+                    config
+                        .profiles
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             )
         })?;
         let argv = match &req.command {
@@ -427,7 +493,12 @@ impl Fleet {
             ));
         }
         // Reserve first: the slot (or name) is held before any process exists.
-        let rreq = ReserveRequest { name: name.clone(), role, slot: slot.clone(), parent: parent.clone() };
+        let rreq = ReserveRequest {
+            name: name.clone(),
+            role,
+            slot: slot.clone(),
+            parent: parent.clone(),
+        };
         let wait = Duration::from_secs(config.lifecycle.spawn_wait_seconds + 5);
         let reservation = self
             .ctx
@@ -450,7 +521,8 @@ impl Fleet {
             .ctx
             .store
             .run(move |_| {
-                write_private(&cf, ct.as_bytes()).map_err(|e| crate::store::StoreError::Db(format!("charter file: {e}")))
+                write_private(&cf, ct.as_bytes())
+                    .map_err(|e| crate::store::StoreError::Db(format!("charter file: {e}")))
             })
             .await
         {
@@ -461,18 +533,29 @@ impl Fleet {
         let cfs = charter_file.display().to_string();
         let argv: Vec<String> = argv
             .iter()
-            .map(|a| a.replace("{fleetd}", &fleetd).replace("{charter_file}", &cfs))
+            .map(|a| {
+                a.replace("{fleetd}", &fleetd)
+                    .replace("{charter_file}", &cfs)
+            })
             .collect();
         let now = self.ctx.now();
         let generation = now;
         let mut env: Vec<(String, String)> = vec![
-            ("FLEETD_STATE_DIR".into(), self.ctx.state_dir.display().to_string()),
+            (
+                "FLEETD_STATE_DIR".into(),
+                self.ctx.state_dir.display().to_string(),
+            ),
             ("FLEETD_MEMBER".into(), name.to_string()),
             ("FLEETD_ROLE".into(), role.to_string()),
             ("FLEETD_CHARTER_FILE".into(), cfs.clone()),
             ("TERM".into(), "xterm-256color".into()),
         ];
-        env.extend(profile.env.iter().map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))));
+        env.extend(
+            profile
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))),
+        );
         let spec = LaunchSpec {
             name: name.clone(),
             generation,
@@ -511,11 +594,20 @@ impl Fleet {
             .ctx
             .dir
             .registry()?
-            .call(|reply| RegistryMsg::Bind { reservation: reservation.id, record: Box::new(rec2), reply }, CALL)
+            .call(
+                |reply| RegistryMsg::Bind {
+                    reservation: reservation.id,
+                    record: Box::new(rec2),
+                    reply,
+                },
+                CALL,
+            )
             .await
             .and_then(|r| r);
         if let Err(e) = bound {
-            let _ = handle.input.try_send(crate::term::TermInput::Terminate { grace_ms: 0 });
+            let _ = handle
+                .input
+                .try_send(crate::term::TermInput::Terminate { grace_ms: 0 });
             release(self, reservation.id);
             return Err(e);
         }
@@ -537,19 +629,34 @@ impl Fleet {
         if text.len() > max {
             return Err(FleetError::invalid(
                 what,
-                format!("the message is {} bytes; the limit is injector.max_message_bytes = {max}", text.len()),
-                format!("a message of at most {max} bytes (put long content in a file and send its path)"),
+                format!(
+                    "the message is {} bytes; the limit is injector.max_message_bytes = {max}",
+                    text.len()
+                ),
+                format!(
+                    "a message of at most {max} bytes (put long content in a file and send its path)"
+                ),
             ));
         }
         if text.trim().is_empty() {
-            return Err(FleetError::invalid(what, "the message is empty", "a non-empty message"));
+            return Err(FleetError::invalid(
+                what,
+                "the message is empty",
+                "a non-empty message",
+            ));
         }
         Ok(())
     }
 
     /// Open a ticket and queue its message; the ticket never dangles: if the queue refuses, the
     /// ticket is marked undeliverable before the refusal is returned.
-    async fn ticketed(&self, kind: TicketKind, from: Party, to: &MemberName, body: String) -> Result<Ticket, FleetError> {
+    async fn ticketed(
+        &self,
+        kind: TicketKind,
+        from: Party,
+        to: &MemberName,
+        body: String,
+    ) -> Result<Ticket, FleetError> {
         let c = self.ctx.config();
         let msg_id = self.ctx.alloc_msg_id();
         let (to2, body2) = (to.clone(), body.clone());
@@ -557,7 +664,15 @@ impl Fleet {
         let desk = self.ctx.dir.tickets()?;
         let ticket = desk
             .call(
-                |reply| DeskMsg::Open { kind, from: from.clone(), to: to2, msg: Some(msg_id), body: body2, ttl_ms, reply },
+                |reply| DeskMsg::Open {
+                    kind,
+                    from: from.clone(),
+                    to: to2,
+                    msg: Some(msg_id),
+                    body: body2,
+                    ttl_ms,
+                    reply,
+                },
                 CALL,
             )
             .await??;
@@ -574,11 +689,26 @@ impl Fleet {
             note: None,
         };
         let queued = match self.ctx.dir.injector(to) {
-            Some(i) => i.call(|reply| InjectorMsg::Enqueue { msg: Box::new(msg), reply }, CALL).await.and_then(|r| r),
-            None => Err(FleetError::unavailable(format!("message to `{to}`"), "its injector is restarting")),
+            Some(i) => i
+                .call(
+                    |reply| InjectorMsg::Enqueue {
+                        msg: Box::new(msg),
+                        reply,
+                    },
+                    CALL,
+                )
+                .await
+                .and_then(|r| r),
+            None => Err(FleetError::unavailable(
+                format!("message to `{to}`"),
+                "its injector is restarting",
+            )),
         };
         if let Err(e) = queued {
-            desk.cast(DeskMsg::Undeliverable { ticket: ticket.id, why: e.to_string() });
+            desk.cast(DeskMsg::Undeliverable {
+                ticket: ticket.id,
+                why: e.to_string(),
+            });
             return Err(e);
         }
         Ok(ticket)
@@ -593,29 +723,48 @@ impl Fleet {
         wait_secs: Option<u64>,
     ) -> Result<SendResult, FleetError> {
         authorize(caller, &Action::Send, "fleet_send")?;
-        let from = caller.party().ok_or_else(|| FleetError::internal("fleet_send", "no party"))?;
+        let from = caller
+            .party()
+            .ok_or_else(|| FleetError::internal("fleet_send", "no party"))?;
         let to = member_name(to)?;
         let what = format!("fleet_send to `{to}`");
         self.check_size(&what, &message)?;
         if from.member() == Some(&to) {
-            return Err(FleetError::invalid(what, "a member cannot send to itself", "a message to another member"));
+            return Err(FleetError::invalid(
+                what,
+                "a member cannot send to itself",
+                "a message to another member",
+            ));
         }
         self.live_member(&to, &what).await?;
         let ticket = self.ticketed(TicketKind::Send, from, &to, message).await?;
         if !wait {
-            return Ok(SendResult { ticket: self.view(ticket).await, resolved: None });
+            return Ok(SendResult {
+                ticket: self.view(ticket).await,
+                resolved: None,
+            });
         }
         let max = self.ctx.config().tickets.send_wait_max_seconds;
         let secs = wait_secs.unwrap_or(max).min(max);
         let (t, resolved) = self.wait_ticket(ticket.id, secs).await?;
-        Ok(SendResult { ticket: self.view(t).await, resolved: Some(resolved) })
+        Ok(SendResult {
+            ticket: self.view(t).await,
+            resolved: Some(resolved),
+        })
     }
 
     async fn wait_ticket(&self, id: TicketId, secs: u64) -> Result<(Ticket, bool), FleetError> {
         let deadline = self.ctx.now() + secs * 1000;
         let desk = self.ctx.dir.tickets()?;
         let out = desk
-            .call(|reply| DeskMsg::Wait { ticket: id, deadline, reply }, Duration::from_secs(secs + 5))
+            .call(
+                |reply| DeskMsg::Wait {
+                    ticket: id,
+                    deadline,
+                    reply,
+                },
+                Duration::from_secs(secs + 5),
+            )
             .await??;
         Ok(match out {
             WaitOutcome::Resolved(t) => (t, true),
@@ -623,7 +772,12 @@ impl Fleet {
         })
     }
 
-    pub async fn reply(&self, caller: &Caller, ticket: &str, text: String) -> Result<TicketView, FleetError> {
+    pub async fn reply(
+        &self,
+        caller: &Caller,
+        ticket: &str,
+        text: String,
+    ) -> Result<TicketView, FleetError> {
         let id: TicketId = ticket.parse()?;
         if matches!(caller, Caller::NotMember { .. }) {
             authorize(caller, &Action::Read, "fleet_reply")?;
@@ -634,43 +788,95 @@ impl Fleet {
             .ctx
             .dir
             .tickets()?
-            .call(|reply| DeskMsg::Reply { caller: c, ticket: id, text, reply }, CALL)
+            .call(
+                |reply| DeskMsg::Reply {
+                    caller: c,
+                    ticket: id,
+                    text,
+                    reply,
+                },
+                CALL,
+            )
             .await??;
         Ok(self.view(t).await)
     }
 
     pub async fn ask(&self, caller: &Caller, question: String) -> Result<AskResult, FleetError> {
-        let lead = self.registry_members().await?.into_iter().find(|m| m.role == Role::Primary && m.is_live());
+        let lead = self
+            .registry_members()
+            .await?
+            .into_iter()
+            .find(|m| m.role == Role::Primary && m.is_live());
         let lead_name = lead.as_ref().map(|m| m.name.clone());
-        authorize(caller, &Action::Ask { lead: lead_name.as_ref() }, "fleet_ask")?;
+        authorize(
+            caller,
+            &Action::Ask {
+                lead: lead_name.as_ref(),
+            },
+            "fleet_ask",
+        )?;
         let (Some(lead), Some(from)) = (lead, caller.party()) else {
-            return Err(FleetError::internal("fleet_ask", "authorized without a lead"));
+            return Err(FleetError::internal(
+                "fleet_ask",
+                "authorized without a lead",
+            ));
         };
         self.check_size("fleet_ask", &question)?;
-        let ticket = self.ticketed(TicketKind::Ask, from, &lead.name, format!("question: {question}")).await?;
+        let ticket = self
+            .ticketed(
+                TicketKind::Ask,
+                from,
+                &lead.name,
+                format!("question: {question}"),
+            )
+            .await?;
         let secs = self.ctx.config().tickets.ask_wait_seconds;
         let (t, _) = self.wait_ticket(ticket.id, secs).await?;
         let (answered, answer, note) = match t.state {
-            TicketState::Replied => (true, t.reply.as_ref().map(|r| r.text.clone()), "your lead answered".to_string()),
+            TicketState::Replied => (
+                true,
+                t.reply.as_ref().map(|r| r.text.clone()),
+                "your lead answered".to_string(),
+            ),
             TicketState::Tail => (
                 true,
                 t.tail.as_ref().map(|r| r.text.clone()),
-                "your lead ended its turn without fleet_reply; this is its transcript tail".to_string(),
+                "your lead ended its turn without fleet_reply; this is its transcript tail"
+                    .to_string(),
             ),
             TicketState::Open => (
                 false,
                 None,
-                format!("no answer within {secs} s (tickets.ask_wait_seconds); fleet_poll shows {} when it comes", t.id),
+                format!(
+                    "no answer within {secs} s (tickets.ask_wait_seconds); fleet_poll shows {} when it comes",
+                    t.id
+                ),
             ),
-            other => (false, None, format!("the question could not be answered: {other:?}")),
+            other => (
+                false,
+                None,
+                format!("the question could not be answered: {other:?}"),
+            ),
         };
-        Ok(AskResult { ticket: self.view(t).await, answered, answer, note })
+        Ok(AskResult {
+            ticket: self.view(t).await,
+            answered,
+            answer,
+            note,
+        })
     }
 
     pub async fn poll(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
         authorize(caller, &Action::Read, "fleet_poll")?;
-        let party = caller.party().ok_or_else(|| FleetError::internal("fleet_poll", "no party"))?;
-        let ts = self.ctx.dir.tickets()?.call(|reply| DeskMsg::Poll { party, reply }, CALL).await?;
+        let party = caller
+            .party()
+            .ok_or_else(|| FleetError::internal("fleet_poll", "no party"))?;
+        let ts = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::Poll { party, reply }, CALL)
+            .await?;
         let mut out = vec![];
         for t in ts {
             out.push(self.view(t).await);
@@ -681,8 +887,21 @@ impl Fleet {
     pub async fn ack(&self, caller: &Caller, ticket: &str) -> Result<(), FleetError> {
         authorize(caller, &Action::Read, "fleet_ack")?;
         let id: TicketId = ticket.parse()?;
-        let party = caller.party().ok_or_else(|| FleetError::internal("fleet_ack", "no party"))?;
-        self.ctx.dir.tickets()?.call(|reply| DeskMsg::Ack { party, ticket: id, reply }, CALL).await?
+        let party = caller
+            .party()
+            .ok_or_else(|| FleetError::internal("fleet_ack", "no party"))?;
+        self.ctx
+            .dir
+            .tickets()?
+            .call(
+                |reply| DeskMsg::Ack {
+                    party,
+                    ticket: id,
+                    reply,
+                },
+                CALL,
+            )
+            .await?
     }
 
     /// One ticket, if the caller opened it, owns it, or is the operator.
@@ -695,7 +914,13 @@ impl Fleet {
             .tickets()?
             .call(|reply| DeskMsg::Get { ticket: id, reply }, CALL)
             .await?
-            .ok_or_else(|| FleetError::not_found(format!("ticket {id}"), "no such ticket", "a ticket id from fleet_send"))?;
+            .ok_or_else(|| {
+                FleetError::not_found(
+                    format!("ticket {id}"),
+                    "no such ticket",
+                    "a ticket id from fleet_send",
+                )
+            })?;
         let mine = match caller {
             Caller::Operator => true,
             Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
@@ -716,7 +941,12 @@ impl Fleet {
     /// Tickets: all of them for the operator; for a member, those it opened or was sent.
     pub async fn tickets(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
         authorize(caller, &Action::Read, "ticket listing")?;
-        let all = self.ctx.dir.tickets()?.call(|reply| DeskMsg::All { reply }, CALL).await?;
+        let all = self
+            .ctx
+            .dir
+            .tickets()?
+            .call(|reply| DeskMsg::All { reply }, CALL)
+            .await?;
         let mut out = vec![];
         for t in all {
             let visible = match caller {
@@ -739,14 +969,26 @@ impl Fleet {
             .store
             .run(move |s| s.message(id))
             .await?
-            .ok_or_else(|| FleetError::not_found(format!("message {id}"), "no such message", "a message id from a ticket"))?;
+            .ok_or_else(|| {
+                FleetError::not_found(
+                    format!("message {id}"),
+                    "no such message",
+                    "a message id from a ticket",
+                )
+            })?;
         let mine = match caller {
             Caller::Operator => true,
             Caller::Member(me) => m.from == Party::Member(me.name.clone()) || m.target == me.name,
             Caller::NotMember { .. } => false,
         };
         if !mine {
-            return Err(FleetError::new(ErrorKind::Forbidden, format!("lookup of {id}"), "it is not your message", "a message you sent or received").with_rule("READ"));
+            return Err(FleetError::new(
+                ErrorKind::Forbidden,
+                format!("lookup of {id}"),
+                "it is not your message",
+                "a message you sent or received",
+            )
+            .with_rule("READ"));
         }
         Ok(Receipt::from(&m))
     }
@@ -754,7 +996,12 @@ impl Fleet {
     pub async fn list(&self, caller: &Caller) -> Result<ListView, FleetError> {
         authorize(caller, &Action::Read, "fleet_list")?;
         let members = self.registry_members().await?;
-        let architect_slots = self.ctx.dir.registry()?.call(|reply| RegistryMsg::Slots { reply }, CALL).await?;
+        let architect_slots = self
+            .ctx
+            .dir
+            .registry()?
+            .call(|reply| RegistryMsg::Slots { reply }, CALL)
+            .await?;
         let host = self.ctx.config().daemon.host.clone();
         // The gate runs before the row is built: other callers never cause it to be assembled.
         let coordinator = if coordinator_row_visible(caller) {
@@ -764,16 +1011,29 @@ impl Fleet {
         };
         let mut members: Vec<MemberView> = members.iter().map(MemberView::from).collect();
         members.sort_by_key(|m| (m.status == Status::Exited, m.spawned_at));
-        Ok(ListView { host, members, architect_slots, coordinator })
+        Ok(ListView {
+            host,
+            members,
+            architect_slots,
+            coordinator,
+        })
     }
 
     async fn coordinator_row(&self, members: &[MemberRecord], host: &str) -> CoordinatorRow {
-        let primary = members.iter().find(|m| m.role == Role::Primary && m.is_live());
+        let primary = members
+            .iter()
+            .find(|m| m.role == Role::Primary && m.is_live());
         let queue = match primary.and_then(|p| self.ctx.dir.injector(&p.name)) {
-            Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+            Some(i) => i
+                .call(|reply| InjectorMsg::Queue { reply }, CALL)
+                .await
+                .ok(),
             None => None,
         };
-        let held: Vec<&Message> = queue.as_ref().map(|q| q.queued.iter().collect()).unwrap_or_default();
+        let held: Vec<&Message> = queue
+            .as_ref()
+            .map(|q| q.queued.iter().collect())
+            .unwrap_or_default();
         CoordinatorRow {
             coord_id: format!("{host}/{}", std::process::id()),
             mailbox: MailboxRow {
@@ -783,7 +1043,18 @@ impl Fleet {
                     (true, false) => "holding",
                 },
                 held: held.len(),
-                preview: held.iter().take(3).map(|m| format!("{} from {}: {}", m.id, m.from, crate::tickets::state::subject_of(&m.body))).collect(),
+                preview: held
+                    .iter()
+                    .take(3)
+                    .map(|m| {
+                        format!(
+                            "{} from {}: {}",
+                            m.id,
+                            m.from,
+                            crate::tickets::state::subject_of(&m.body)
+                        )
+                    })
+                    .collect(),
             },
             peers: vec![],
         }
@@ -805,7 +1076,11 @@ impl Fleet {
             .iter()
             .filter(|t| t.state == TicketState::Open)
             .count();
-        let children = match self.sup.call(|reply| SupervisorMsg::Children { reply }, Some(CALL)).await {
+        let children = match self
+            .sup
+            .call(|reply| SupervisorMsg::Children { reply }, Some(CALL))
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(c)) => c,
             _ => vec![],
         };
@@ -820,17 +1095,29 @@ impl Fleet {
             members: by_status,
             open_tickets,
             children,
-            escalation: self.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            escalation: self
+                .ctx
+                .escalation
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         })
     }
 
-    pub async fn member_status(&self, caller: &Caller, name: &str) -> Result<MemberDetail, FleetError> {
+    pub async fn member_status(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<MemberDetail, FleetError> {
         authorize(caller, &Action::Read, "fleet_status")?;
         let name = member_name(name)?;
-        let rec = self
-            .member(&name)
-            .await?
-            .ok_or_else(|| FleetError::not_found(format!("status of `{name}`"), "no such member", "a name from fleet_list"))?;
+        let rec = self.member(&name).await?.ok_or_else(|| {
+            FleetError::not_found(
+                format!("status of `{name}`"),
+                "no such member",
+                "a name from fleet_list",
+            )
+        })?;
         let slot_view = match self.ctx.dir.slot(&name) {
             Some(s) => s.call(|reply| SlotMsg::View { reply }, CALL).await.ok(),
             None => None,
@@ -844,7 +1131,10 @@ impl Fleet {
             v
         });
         let queue = match self.ctx.dir.injector(&name) {
-            Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+            Some(i) => i
+                .call(|reply| InjectorMsg::Queue { reply }, CALL)
+                .await
+                .ok(),
             None => None,
         };
         let n2 = name.clone();
@@ -863,11 +1153,25 @@ impl Fleet {
             member.status = v.status;
             member.status_since = v.status_since;
         }
-        Ok(MemberDetail { member, slot_view, queue, owes })
+        Ok(MemberDetail {
+            member,
+            slot_view,
+            queue,
+            owes,
+        })
     }
 
-    pub async fn stop(&self, caller: &Caller, name: &str, drain: bool) -> Result<MemberView, FleetError> {
-        authorize(caller, &if drain { Action::Drain } else { Action::Stop }, "fleet_stop")?;
+    pub async fn stop(
+        &self,
+        caller: &Caller,
+        name: &str,
+        drain: bool,
+    ) -> Result<MemberView, FleetError> {
+        authorize(
+            caller,
+            &if drain { Action::Drain } else { Action::Stop },
+            "fleet_stop",
+        )?;
         let name = member_name(name)?;
         let what = format!("fleet_stop of `{name}`");
         self.live_member(&name, &what).await?;
@@ -881,19 +1185,33 @@ impl Fleet {
             .ok_or_else(|| FleetError::unavailable(what.clone(), "its slot is restarting"))?;
         let who = caller.describe();
         let grace = self.ctx.config().lifecycle.stop_grace_ms;
-        let reason = format!("stopped by {who}{}", if drain { " after draining" } else { "" });
-        slot.call(|reply| SlotMsg::Stop { reason, reply }, Duration::from_millis(grace + 5_000)).await?;
-        let rec = self.member(&name).await?.ok_or_else(|| FleetError::internal(what, "member vanished"))?;
+        let reason = format!(
+            "stopped by {who}{}",
+            if drain { " after draining" } else { "" }
+        );
+        slot.call(
+            |reply| SlotMsg::Stop { reason, reply },
+            Duration::from_millis(grace + 5_000),
+        )
+        .await?;
+        let rec = self
+            .member(&name)
+            .await?
+            .ok_or_else(|| FleetError::internal(what, "member vanished"))?;
         Ok(MemberView::from(&rec))
     }
 
     /// Wait until `name` has nothing queued or in flight and is idle (bounded by the ticket TTL).
     async fn drain(&self, name: &MemberName) -> Result<(), FleetError> {
         let (_, mut rx) = self.ctx.events.subscribe(u64::MAX);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(self.ctx.config().tickets.ttl_seconds);
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_secs(self.ctx.config().tickets.ttl_seconds);
         loop {
             let q = match self.ctx.dir.injector(name) {
-                Some(i) => i.call(|reply| InjectorMsg::Queue { reply }, CALL).await.ok(),
+                Some(i) => i
+                    .call(|reply| InjectorMsg::Queue { reply }, CALL)
+                    .await
+                    .ok(),
                 None => None,
             };
             let v = match self.ctx.dir.slot(name) {
@@ -922,23 +1240,29 @@ impl Fleet {
     pub async fn signal(&self, caller: &Caller, status: &str) -> Result<(), FleetError> {
         let status: Status = status.parse()?;
         if !matches!(status, Status::Idle | Status::Blocked | Status::Working) {
-            return Err(FleetError::invalid(format!("signal `{status}`"), "only agent states can be signalled", "idle, blocked or working"));
+            return Err(FleetError::invalid(
+                format!("signal `{status}`"),
+                "only agent states can be signalled",
+                "idle, blocked or working",
+            ));
         }
         let Caller::Member(m) = caller else {
             return Err(FleetError::new(
                 ErrorKind::Forbidden,
                 "fleetd signal",
-                format!("{} is not a member; a signal must come from inside a member's process tree", caller.describe()),
+                format!(
+                    "{} is not a member; a signal must come from inside a member's process tree",
+                    caller.describe()
+                ),
                 "`fleetd signal` run by an agent hook inside the member's terminal",
             )
             .with_rule("SIGNAL"));
         };
-        let slot = self
-            .ctx
-            .dir
-            .slot(&m.name)
-            .ok_or_else(|| FleetError::unavailable("fleetd signal", "the member's slot is restarting"))?;
-        slot.call(|reply| SlotMsg::Signal { status, reply }, CALL).await?
+        let slot = self.ctx.dir.slot(&m.name).ok_or_else(|| {
+            FleetError::unavailable("fleetd signal", "the member's slot is restarting")
+        })?;
+        slot.call(|reply| SlotMsg::Signal { status, reply }, CALL)
+            .await?
     }
 
     fn operator_only(caller: &Caller, what: &str) -> Result<(), FleetError> {
@@ -948,7 +1272,10 @@ impl Fleet {
             Err(FleetError::new(
                 ErrorKind::Forbidden,
                 what,
-                format!("{} is not the operator; terminals are the operator's", caller.describe()),
+                format!(
+                    "{} is not the operator; terminals are the operator's",
+                    caller.describe()
+                ),
                 "the same request from the operator, outside every member",
             )
             .with_rule("ATTACH"))
@@ -956,7 +1283,11 @@ impl Fleet {
     }
 
     /// Attach: the current screen and a live stream of the terminal's output (operator only).
-    pub async fn attach(&self, caller: &Caller, name: &str) -> Result<(Vec<u8>, broadcast::Receiver<Vec<u8>>), FleetError> {
+    pub async fn attach(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(Vec<u8>, broadcast::Receiver<Vec<u8>>), FleetError> {
         Self::operator_only(caller, "attach")?;
         let name = member_name(name)?;
         let slot = self.slot_of(&name).await?;
@@ -964,14 +1295,26 @@ impl Fleet {
     }
 
     /// Keys from an attached operator.
-    pub async fn input(&self, caller: &Caller, name: &str, bytes: Vec<u8>) -> Result<(), FleetError> {
+    pub async fn input(
+        &self,
+        caller: &Caller,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), FleetError> {
         Self::operator_only(caller, "terminal input")?;
         let name = member_name(name)?;
         let slot = self.slot_of(&name).await?;
-        slot.call(|reply| SlotMsg::Input { bytes, reply }, CALL).await?
+        slot.call(|reply| SlotMsg::Input { bytes, reply }, CALL)
+            .await?
     }
 
-    pub async fn resize(&self, caller: &Caller, name: &str, rows: u16, cols: u16) -> Result<(), FleetError> {
+    pub async fn resize(
+        &self,
+        caller: &Caller,
+        name: &str,
+        rows: u16,
+        cols: u16,
+    ) -> Result<(), FleetError> {
         Self::operator_only(caller, "terminal resize")?;
         let name = member_name(name)?;
         let slot = self.slot_of(&name).await?;
@@ -980,18 +1323,22 @@ impl Fleet {
     }
 
     async fn slot_of(&self, name: &MemberName) -> Result<Mailbox<SlotMsg>, FleetError> {
-        self.live_member(name, &format!("terminal of `{name}`")).await?;
-        self.ctx
-            .dir
-            .slot(name)
-            .ok_or_else(|| FleetError::unavailable(format!("terminal of `{name}`"), "its slot is restarting"))
+        self.live_member(name, &format!("terminal of `{name}`"))
+            .await?;
+        self.ctx.dir.slot(name).ok_or_else(|| {
+            FleetError::unavailable(format!("terminal of `{name}`"), "its slot is restarting")
+        })
     }
 
     /// Debug builds only: make an actor panic, to exercise supervision.
     pub async fn inject_fault(&self, caller: &Caller, target: &str) -> Result<(), FleetError> {
         Self::operator_only(caller, "fault injection")?;
         if !cfg!(debug_assertions) {
-            return Err(FleetError::invalid("fault injection", "this is a release build", "a debug build"));
+            return Err(FleetError::invalid(
+                "fault injection",
+                "this is a release build",
+                "a debug build",
+            ));
         }
         match target {
             "registry" => self.ctx.dir.registry()?.cast(RegistryMsg::Panic),
@@ -1000,14 +1347,27 @@ impl Fleet {
                 let (kind, name) = t.split_once(':').unwrap_or(("slot", t));
                 let name = member_name(name)?;
                 match kind {
-                    "slot" => self.ctx.dir.slot(&name).ok_or_else(|| FleetError::not_found(t, "no such slot", "slot:NAME"))?.cast(SlotMsg::Panic),
+                    "slot" => self
+                        .ctx
+                        .dir
+                        .slot(&name)
+                        .ok_or_else(|| FleetError::not_found(t, "no such slot", "slot:NAME"))?
+                        .cast(SlotMsg::Panic),
                     "injector" => self
                         .ctx
                         .dir
                         .injector(&name)
-                        .ok_or_else(|| FleetError::not_found(t, "no such injector", "injector:NAME"))?
+                        .ok_or_else(|| {
+                            FleetError::not_found(t, "no such injector", "injector:NAME")
+                        })?
                         .cast(InjectorMsg::Panic),
-                    _ => return Err(FleetError::invalid(t, "unknown fault target", "registry, tickets, slot:NAME or injector:NAME")),
+                    _ => {
+                        return Err(FleetError::invalid(
+                            t,
+                            "unknown fault target",
+                            "registry, tickets, slot:NAME or injector:NAME",
+                        ));
+                    }
                 }
             }
         }
@@ -1035,13 +1395,26 @@ impl Fleet {
 
     /// Live members (for shutdown with `on_shutdown = "stop"`).
     pub async fn live_members(&self) -> Result<Vec<MemberName>, FleetError> {
-        Ok(self.registry_members().await?.into_iter().filter(|m| m.is_live()).map(|m| m.name).collect())
+        Ok(self
+            .registry_members()
+            .await?
+            .into_iter()
+            .filter(|m| m.is_live())
+            .map(|m| m.name)
+            .collect())
     }
 
     /// Stop every child in reverse start order within `deadline`, then the supervisor.
     /// Returns the children that had to be killed.
     pub async fn shutdown(&self, deadline: Duration) -> Vec<String> {
-        let hung = match self.sup.call(|reply| SupervisorMsg::Shutdown { deadline, reply }, Some(deadline + Duration::from_secs(2))).await {
+        let hung = match self
+            .sup
+            .call(
+                |reply| SupervisorMsg::Shutdown { deadline, reply },
+                Some(deadline + Duration::from_secs(2)),
+            )
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(h)) => h,
             _ => vec!["supervisor".into()],
         };
@@ -1058,7 +1431,12 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
         std::fs::create_dir_all(d)?;
     }
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_data()?;
     std::fs::rename(&tmp, path)

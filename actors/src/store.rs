@@ -130,7 +130,10 @@ impl Store {
         let s = self.clone();
         match tokio::task::spawn_blocking(move || f(&s)).await {
             Ok(r) => r.map_err(FleetError::from),
-            Err(e) => Err(FleetError::internal("a state dir write", format!("the writer task failed: {e}"))),
+            Err(e) => Err(FleetError::internal(
+                "a state dir write",
+                format!("the writer task failed: {e}"),
+            )),
         }
     }
 
@@ -232,7 +235,11 @@ impl Store {
     /// Forget the oldest final messages beyond `keep` (receipts of settled messages).
     pub fn trim_messages(&self, keep: usize) -> Result<usize, StoreError> {
         let all = self.load_messages()?;
-        let finals: Vec<u64> = all.iter().filter(|m| m.state.is_final()).map(|m| m.id.0).collect();
+        let finals: Vec<u64> = all
+            .iter()
+            .filter(|m| m.state.is_final())
+            .map(|m| m.id.0)
+            .collect();
         let excess = all.len().saturating_sub(keep).min(finals.len());
         if excess == 0 {
             return Ok(0);
@@ -286,7 +293,12 @@ mod tests {
         };
         {
             let s = Store::open(&path).unwrap();
-            s.commit(&Batch { messages: vec![m.clone()], next_ticket: Some(9), ..Default::default() }).unwrap();
+            s.commit(&Batch {
+                messages: vec![m.clone()],
+                next_ticket: Some(9),
+                ..Default::default()
+            })
+            .unwrap();
             // A second open of the same file is refused while the first holds it.
             assert!(Store::open(&path).is_err());
         }
@@ -296,8 +308,16 @@ mod tests {
         assert_eq!(s.load_tickets().unwrap().1, 9);
         let mut done = m;
         done.state = ReceiptState::Accepted;
-        s.commit(&Batch { messages: vec![done], ..Default::default() }).unwrap();
-        assert!(s.pending_for(&MemberName::new("w1").unwrap()).unwrap().is_empty());
+        s.commit(&Batch {
+            messages: vec![done],
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(
+            s.pending_for(&MemberName::new("w1").unwrap())
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(s.trim_messages(0).unwrap(), 1);
     }
 }

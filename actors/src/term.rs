@@ -19,7 +19,10 @@ pub enum TermEvent {
     /// Bytes the program wrote.
     Output(Vec<u8>),
     /// The program exited with this code (None: killed by a signal or unknown).
-    Exited { code: Option<i32>, signal: Option<String> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<String>,
+    },
     /// The connection to the terminal broke and its exit is unknown.
     Lost(String),
 }
@@ -29,9 +32,14 @@ pub enum TermEvent {
 pub enum TermInput {
     /// Keys, pastes, anything to write to the PTY.
     Bytes(Vec<u8>),
-    Resize { rows: u16, cols: u16 },
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
     /// SIGTERM the program's process group, SIGKILL after `grace_ms`.
-    Terminate { grace_ms: u64 },
+    Terminate {
+        grace_ms: u64,
+    },
     /// Close the connection and leave the program running (for re-adoption later).
     Detach,
 }
@@ -68,9 +76,17 @@ pub trait TermBackend: Send + Sync + 'static {
     /// Start `spec.argv` in a new PTY.
     fn launch(&self, spec: LaunchSpec) -> BoxFut<'_, Result<TermHandle, FleetError>>;
     /// Reconnect to member `name`'s terminal of `generation`, if it is still there.
-    fn connect(&self, name: &MemberName, generation: u64) -> BoxFut<'_, Result<TermHandle, FleetError>>;
+    fn connect(
+        &self,
+        name: &MemberName,
+        generation: u64,
+    ) -> BoxFut<'_, Result<TermHandle, FleetError>>;
     /// The recorded exit of a terminal that is gone: (code, signal), if known.
-    fn recorded_exit(&self, name: &MemberName, generation: u64) -> Option<(Option<i32>, Option<String>)>;
+    fn recorded_exit(
+        &self,
+        name: &MemberName,
+        generation: u64,
+    ) -> Option<(Option<i32>, Option<String>)>;
     /// Remove leftovers of terminals that belong to no live member.
     fn sweep(&self, live: &[(MemberName, u64)]);
 }

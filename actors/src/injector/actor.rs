@@ -82,16 +82,25 @@ impl InjectorActorState {
                                 Some(s) => s.cast(SlotMsg::Paste { msg: Box::new(m) }),
                                 None => {
                                     let now = self.ctx.now();
-                                    let more = self.core.delivery_failed(m.id, "the target has no terminal", now);
+                                    let more = self.core.delivery_failed(
+                                        m.id,
+                                        "the target has no terminal",
+                                        now,
+                                    );
                                     Box::pin(self.perform(more)).await?;
                                 }
                             }
                         }
-                        Effect::TurnEnded { msg, ticket: Some(ticket) } => {
+                        Effect::TurnEnded {
+                            msg,
+                            ticket: Some(ticket),
+                        } => {
                             let ctx = self.ctx.clone();
                             let target = self.core.target().clone();
                             tokio::spawn(async move {
-                                let Some(slot) = ctx.dir.slot(&target) else { return };
+                                let Some(slot) = ctx.dir.slot(&target) else {
+                                    return;
+                                };
                                 let tail = slot
                                     .call(|reply| SlotMsg::Tail { reply }, Duration::from_secs(5))
                                     .await
@@ -139,7 +148,8 @@ impl InjectorActorState {
 
     fn rearm(&mut self, myself: &ActorRef<InjectorMsg>) {
         let now = self.ctx.now();
-        self.timer.arm(myself, self.core.next_deadline(), now, || InjectorMsg::Tick);
+        self.timer
+            .arm(myself, self.core.next_deadline(), now, || InjectorMsg::Tick);
     }
 }
 
@@ -148,14 +158,22 @@ impl Actor for InjectorActor {
     type State = InjectorActorState;
     type Arguments = InjectorArgs;
 
-    async fn pre_start(&self, myself: ActorRef<InjectorMsg>, args: InjectorArgs) -> Result<InjectorActorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<InjectorMsg>,
+        args: InjectorArgs,
+    ) -> Result<InjectorActorState, ActorProcessingErr> {
         let ctx = args.ctx;
         let t2 = args.target.clone();
         let pending = ctx.store.run(move |s| s.pending_for(&t2)).await?;
         let core = Injector::new(args.target.clone(), pending, limits(&ctx));
         ctx.dir.set_injector(
             &args.target,
-            Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("the injector of `{}`", args.target)),
+            Mailbox::new(
+                myself.clone(),
+                ctx.mailbox_cap(),
+                format!("the injector of `{}`", args.target),
+            ),
         );
         Ok(InjectorActorState {
             ctx,
@@ -165,24 +183,44 @@ impl Actor for InjectorActor {
         })
     }
 
-    async fn post_start(&self, myself: ActorRef<InjectorMsg>, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<InjectorMsg>,
+        st: &mut InjectorActorState,
+    ) -> Result<(), ActorProcessingErr> {
         // Learn the target's current status (the slot may have started before us).
         if let Some(slot) = st.ctx.dir.slot(st.core.target())
-            && let Ok(v) = slot.call(|reply| SlotMsg::View { reply }, Duration::from_secs(5)).await
+            && let Ok(v) = slot
+                .call(|reply| SlotMsg::View { reply }, Duration::from_secs(5))
+                .await
         {
-            let _ = myself.cast(InjectorMsg::Target(TargetView { status: v.status, injectable: v.injectable }));
+            let _ = myself.cast(InjectorMsg::Target(TargetView {
+                status: v.status,
+                injectable: v.injectable,
+            }));
         }
         st.rearm(&myself);
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<InjectorMsg>, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<InjectorMsg>,
+        st: &mut InjectorActorState,
+    ) -> Result<(), ActorProcessingErr> {
         st.timer.cancel();
-        st.ctx.dir.remove_injector(st.core.target(), myself.get_id());
+        st.ctx
+            .dir
+            .remove_injector(st.core.target(), myself.get_id());
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<InjectorMsg>, msg: InjectorMsg, st: &mut InjectorActorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<InjectorMsg>,
+        msg: InjectorMsg,
+        st: &mut InjectorActorState,
+    ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
             InjectorMsg::Enqueue { msg, reply } => {
@@ -194,7 +232,9 @@ impl Actor for InjectorActor {
                             _ => None,
                         });
                         let r = st.perform(fx).await;
-                        let _ = reply.send(r.and_then(|_| first.ok_or_else(|| FleetError::internal("enqueue", "no receipt"))));
+                        let _ = reply.send(r.and_then(|_| {
+                            first.ok_or_else(|| FleetError::internal("enqueue", "no receipt"))
+                        }));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));

@@ -58,7 +58,10 @@ pub struct Message {
 /// then the body. Agents (and the reply charter) rely on `ticket t-N` being in the header.
 pub fn delivery_text(msg: &Message) -> String {
     match msg.ticket {
-        Some(t) => format!("[fleet ticket {t} from {} · answer with fleet_reply]\n{}", msg.from, msg.body),
+        Some(t) => format!(
+            "[fleet ticket {t} from {} · answer with fleet_reply]\n{}",
+            msg.from, msg.body
+        ),
         None => format!("[fleet message from {}]\n{}", msg.from, msg.body),
     }
 }
@@ -71,7 +74,10 @@ pub enum Effect {
     /// Paste the message (bracketed paste + Enter) into the target's terminal.
     Deliver(Message),
     /// The turn that took this message ended (the target is idle again).
-    TurnEnded { msg: MsgId, ticket: Option<TicketId> },
+    TurnEnded {
+        msg: MsgId,
+        ticket: Option<TicketId>,
+    },
 }
 
 /// Injector limits from config.
@@ -86,9 +92,15 @@ enum Phase {
     /// Free to deliver at the next injectable status.
     Ready,
     /// Pasted; waiting for the target to leave the status it had at delivery.
-    AwaitingAccept { msg: Message, delivered_while: Status },
+    AwaitingAccept {
+        msg: Message,
+        delivered_while: Status,
+    },
     /// Not accepted in time; held until the target shows activity.
-    Stalled { msg: Message, delivered_while: Status },
+    Stalled {
+        msg: Message,
+        delivered_while: Status,
+    },
     /// Accepted; the next message waits for this turn to end.
     AwaitingTurnEnd { msg: Message },
 }
@@ -131,10 +143,16 @@ impl Injector {
         for m in pending {
             match m.state {
                 ReceiptState::Delivered if phase == Phase::Ready => {
-                    phase = Phase::AwaitingAccept { msg: m, delivered_while: Status::Idle }
+                    phase = Phase::AwaitingAccept {
+                        msg: m,
+                        delivered_while: Status::Idle,
+                    }
                 }
                 ReceiptState::Stalled if phase == Phase::Ready => {
-                    phase = Phase::Stalled { msg: m, delivered_while: Status::Idle }
+                    phase = Phase::Stalled {
+                        msg: m,
+                        delivered_while: Status::Idle,
+                    }
                 }
                 _ => queue.push_back(m),
             }
@@ -143,7 +161,10 @@ impl Injector {
             target,
             queue,
             phase,
-            view: TargetView { status: Status::Starting, injectable: false },
+            view: TargetView {
+                status: Status::Starting,
+                injectable: false,
+            },
             limits,
             closed: None,
         }
@@ -166,9 +187,9 @@ impl Injector {
     pub fn in_flight(&self) -> Option<&Message> {
         match &self.phase {
             Phase::Ready => None,
-            Phase::AwaitingAccept { msg, .. } | Phase::Stalled { msg, .. } | Phase::AwaitingTurnEnd { msg } => {
-                Some(msg)
-            }
+            Phase::AwaitingAccept { msg, .. }
+            | Phase::Stalled { msg, .. }
+            | Phase::AwaitingTurnEnd { msg } => Some(msg),
         }
     }
 
@@ -180,7 +201,9 @@ impl Injector {
     /// When the in-flight message stalls if the target does not take it.
     pub fn next_deadline(&self) -> Option<Millis> {
         match &self.phase {
-            Phase::AwaitingAccept { msg, .. } => msg.delivered_at.map(|d| d + self.limits.accept_timeout_ms),
+            Phase::AwaitingAccept { msg, .. } => {
+                msg.delivered_at.map(|d| d + self.limits.accept_timeout_ms)
+            }
             _ => None,
         }
     }
@@ -222,22 +245,33 @@ impl Injector {
             return fx;
         }
         match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingAccept { msg, delivered_while } | Phase::Stalled { msg, delivered_while }
-                if view.status != delivered_while =>
-            {
+            Phase::AwaitingAccept {
+                msg,
+                delivered_while,
+            }
+            | Phase::Stalled {
+                msg,
+                delivered_while,
+            } if view.status != delivered_while => {
                 let mut msg = msg;
                 msg.state = ReceiptState::Accepted;
                 msg.settled_at = Some(now);
                 fx.push(Effect::Save(msg.clone()));
                 if view.can_take() {
                     // It took the message and is already back: the turn was quick.
-                    fx.push(Effect::TurnEnded { msg: msg.id, ticket: msg.ticket });
+                    fx.push(Effect::TurnEnded {
+                        msg: msg.id,
+                        ticket: msg.ticket,
+                    });
                 } else {
                     self.phase = Phase::AwaitingTurnEnd { msg };
                 }
             }
             Phase::AwaitingTurnEnd { msg } if view.can_take() => {
-                fx.push(Effect::TurnEnded { msg: msg.id, ticket: msg.ticket });
+                fx.push(Effect::TurnEnded {
+                    msg: msg.id,
+                    ticket: msg.ticket,
+                });
             }
             other => self.phase = other,
         }
@@ -250,8 +284,10 @@ impl Injector {
         let mut fx = vec![];
         if let Some(deadline) = self.next_deadline()
             && now >= deadline
-            && let Phase::AwaitingAccept { mut msg, delivered_while } =
-                std::mem::replace(&mut self.phase, Phase::Ready)
+            && let Phase::AwaitingAccept {
+                mut msg,
+                delivered_while,
+            } = std::mem::replace(&mut self.phase, Phase::Ready)
         {
             msg.state = ReceiptState::Stalled;
             msg.settled_at = Some(now);
@@ -260,7 +296,10 @@ impl Injector {
                 self.target, delivered_while, self.limits.accept_timeout_ms
             ));
             fx.push(Effect::Save(msg.clone()));
-            self.phase = Phase::Stalled { msg, delivered_while };
+            self.phase = Phase::Stalled {
+                msg,
+                delivered_while,
+            };
         }
         fx
     }
@@ -323,7 +362,14 @@ mod tests {
     }
 
     fn inj(max: usize) -> Injector {
-        Injector::new(target(), vec![], InjectorLimits { max_queue: max, accept_timeout_ms: 1_000 })
+        Injector::new(
+            target(),
+            vec![],
+            InjectorLimits {
+                max_queue: max,
+                accept_timeout_ms: 1_000,
+            },
+        )
     }
 
     fn msg(id: u64) -> Message {
@@ -342,7 +388,10 @@ mod tests {
     }
 
     fn view(status: Status) -> TargetView {
-        TargetView { status, injectable: status != Status::Blocked }
+        TargetView {
+            status,
+            injectable: status != Status::Blocked,
+        }
     }
 
     fn delivered(fx: &[Effect]) -> Vec<u64> {
@@ -373,7 +422,10 @@ mod tests {
         assert!(delivered(&fx).is_empty());
         // Turn ends: the next idle takes the second.
         let fx = i.target_status(view(Status::Idle), 5);
-        assert!(fx.contains(&Effect::TurnEnded { msg: MsgId(1), ticket: Some(TicketId(1)) }));
+        assert!(fx.contains(&Effect::TurnEnded {
+            msg: MsgId(1),
+            ticket: Some(TicketId(1))
+        }));
         assert_eq!(delivered(&fx), vec![2]);
     }
 
@@ -385,27 +437,47 @@ mod tests {
         assert_eq!(delivered(&i.target_status(view(Status::Idle), 10)), vec![1]);
         assert!(i.tick(1_009).is_empty());
         let fx = i.tick(1_010);
-        assert!(matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled && m.note.is_some()));
+        assert!(
+            matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled && m.note.is_some())
+        );
         // Held: the idle target does not get the next message pasted on top.
         assert!(delivered(&i.target_status(view(Status::Idle), 1_100)).is_empty());
         assert!(i.is_stalled());
         // The target starts work after all: the stalled message is accepted late.
         let fx = i.target_status(view(Status::Working), 1_200);
         assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Accepted)));
-        assert_eq!(delivered(&i.target_status(view(Status::Idle), 1_300)), vec![2]);
+        assert_eq!(
+            delivered(&i.target_status(view(Status::Idle), 1_300)),
+            vec![2]
+        );
     }
 
     #[test]
     fn permission_dialog_is_not_injectable_but_a_question_is() {
         let mut i = inj(10);
         i.enqueue(msg(1), 0).unwrap();
-        let fx = i.target_status(TargetView { status: Status::Blocked, injectable: false }, 1);
+        let fx = i.target_status(
+            TargetView {
+                status: Status::Blocked,
+                injectable: false,
+            },
+            1,
+        );
         assert!(delivered(&fx).is_empty());
-        let fx = i.target_status(TargetView { status: Status::Blocked, injectable: true }, 2);
+        let fx = i.target_status(
+            TargetView {
+                status: Status::Blocked,
+                injectable: true,
+            },
+            2,
+        );
         assert_eq!(delivered(&fx), vec![1]);
         // Leaving blocked is acceptance.
         let fx = i.target_status(view(Status::Working), 3);
-        assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.state == ReceiptState::Accepted)));
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Save(m) if m.state == ReceiptState::Accepted))
+        );
     }
 
     #[test]
@@ -432,7 +504,14 @@ mod tests {
         let mut d = msg(1);
         d.state = ReceiptState::Delivered;
         d.delivered_at = Some(100);
-        let mut i = Injector::new(target(), vec![d, msg(2)], InjectorLimits { max_queue: 5, accept_timeout_ms: 50 });
+        let mut i = Injector::new(
+            target(),
+            vec![d, msg(2)],
+            InjectorLimits {
+                max_queue: 5,
+                accept_timeout_ms: 50,
+            },
+        );
         assert_eq!(i.in_flight().map(|m| m.id), Some(MsgId(1)));
         // Not delivered twice on the first idle after a restart.
         assert!(delivered(&i.target_status(view(Status::Idle), 110)).is_empty());

@@ -10,8 +10,8 @@ use crate::ctx::{Mailbox, SharedCtx, Timer};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::registry::state::{
-    ExitInfo, MemberRecord, Registry, RegistryLimits, ReserveOutcome, ReserveRequest, Reservation, SlotState,
-    WaiterOutcome,
+    ExitInfo, MemberRecord, Registry, RegistryLimits, Reservation, ReserveOutcome, ReserveRequest,
+    SlotState, WaiterOutcome,
 };
 use crate::types::{MemberIdentity, MemberName, Status};
 
@@ -116,7 +116,8 @@ impl RegistryState {
 
     fn rearm(&mut self, myself: &ActorRef<RegistryMsg>) {
         let now = self.ctx.now();
-        self.timer.arm(myself, self.core.next_deadline(), now, || RegistryMsg::Tick);
+        self.timer
+            .arm(myself, self.core.next_deadline(), now, || RegistryMsg::Tick);
     }
 }
 
@@ -125,7 +126,11 @@ impl Actor for RegistryActor {
     type State = RegistryState;
     type Arguments = SharedCtx;
 
-    async fn pre_start(&self, myself: ActorRef<RegistryMsg>, ctx: SharedCtx) -> Result<RegistryState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RegistryMsg>,
+        ctx: SharedCtx,
+    ) -> Result<RegistryState, ActorProcessingErr> {
         let members = ctx.store.run(|s| s.load_members()).await?;
         let config = ctx.config();
         for m in members.iter().filter(|m| m.is_live()) {
@@ -134,8 +139,11 @@ impl Actor for RegistryActor {
             }
         }
         let core = Registry::new(config.architects.keys().cloned(), members, limits(&ctx));
-        ctx.dir
-            .set_registry(Some(Mailbox::new(myself.clone(), ctx.mailbox_cap(), "the registry")));
+        ctx.dir.set_registry(Some(Mailbox::new(
+            myself.clone(),
+            ctx.mailbox_cap(),
+            "the registry",
+        )));
         Ok(RegistryState {
             ctx,
             core,
@@ -145,15 +153,29 @@ impl Actor for RegistryActor {
         })
     }
 
-    async fn post_stop(&self, myself: ActorRef<RegistryMsg>, st: &mut RegistryState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<RegistryMsg>,
+        st: &mut RegistryState,
+    ) -> Result<(), ActorProcessingErr> {
         st.timer.cancel();
-        if st.ctx.dir.registry().is_ok_and(|m| m.actor.get_id() == myself.get_id()) {
+        if st
+            .ctx
+            .dir
+            .registry()
+            .is_ok_and(|m| m.actor.get_id() == myself.get_id())
+        {
             st.ctx.dir.set_registry(None);
         }
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<RegistryMsg>, msg: RegistryMsg, st: &mut RegistryState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<RegistryMsg>,
+        msg: RegistryMsg,
+        st: &mut RegistryState,
+    ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
             RegistryMsg::Reserve { req, reply } => {
@@ -167,7 +189,11 @@ impl Actor for RegistryActor {
                         }
                     }
                     Ok(ReserveOutcome::Queued { position, deadline }) => {
-                        tracing::info!(position, deadline, "spawn queued behind a busy architect slot");
+                        tracing::info!(
+                            position,
+                            deadline,
+                            "spawn queued behind a busy architect slot"
+                        );
                         st.waiters.insert(waiter, reply);
                     }
                     Err(e) => {
@@ -175,7 +201,11 @@ impl Actor for RegistryActor {
                     }
                 }
             }
-            RegistryMsg::Bind { reservation, record, reply } => {
+            RegistryMsg::Bind {
+                reservation,
+                record,
+                reply,
+            } => {
                 let record = *record;
                 match st.core.bind(reservation, record.clone()) {
                     Ok(()) => {
@@ -220,7 +250,11 @@ impl Actor for RegistryActor {
             RegistryMsg::Status { name, status } => {
                 st.core.set_status(&name, status, now);
             }
-            RegistryMsg::Pids { name, pid, host_pid } => {
+            RegistryMsg::Pids {
+                name,
+                pid,
+                host_pid,
+            } => {
                 st.core.set_pids(&name, pid, host_pid);
                 if let Some(rec) = st.core.member(&name).cloned() {
                     if let Some(pid) = pid {
@@ -251,7 +285,9 @@ impl Actor for RegistryActor {
                         },
                         member: match s {
                             SlotState::Free => None,
-                            SlotState::Reserved { member, .. } | SlotState::Live { member } => Some(member.clone()),
+                            SlotState::Reserved { member, .. } | SlotState::Live { member } => {
+                                Some(member.clone())
+                            }
                         },
                         waiting: st.core.waiting(slot),
                     })

@@ -74,8 +74,13 @@ pub struct ReserveRequest {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotState {
     Free,
-    Reserved { reservation: u64, member: MemberName },
-    Live { member: MemberName },
+    Reserved {
+        reservation: u64,
+        member: MemberName,
+    },
+    Live {
+        member: MemberName,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -90,7 +95,10 @@ struct Waiter {
 pub enum ReserveOutcome {
     Granted(Reservation),
     /// Queued behind a busy slot; the answer comes later as a [`WaiterOutcome`].
-    Queued { position: usize, deadline: Millis },
+    Queued {
+        position: usize,
+        deadline: Millis,
+    },
 }
 
 /// The later answer to a queued reserve.
@@ -127,12 +135,19 @@ impl Registry {
         members: impl IntoIterator<Item = MemberRecord>,
         limits: RegistryLimits,
     ) -> Self {
-        let mut slots: BTreeMap<String, SlotState> =
-            slot_names.into_iter().map(|s| (s, SlotState::Free)).collect();
+        let mut slots: BTreeMap<String, SlotState> = slot_names
+            .into_iter()
+            .map(|s| (s, SlotState::Free))
+            .collect();
         let members: BTreeMap<_, _> = members.into_iter().map(|m| (m.name.clone(), m)).collect();
         for m in members.values() {
             if let (true, Some(slot)) = (m.is_live(), &m.slot) {
-                slots.insert(slot.clone(), SlotState::Live { member: m.name.clone() });
+                slots.insert(
+                    slot.clone(),
+                    SlotState::Live {
+                        member: m.name.clone(),
+                    },
+                );
             }
         }
         Registry {
@@ -203,7 +218,10 @@ impl Registry {
                 if let Some(p) = self.primary() {
                     return Err(FleetError::conflict(
                         what,
-                        format!("`{}` is already this host's primary; there is one primary per host", p.name),
+                        format!(
+                            "`{}` is already this host's primary; there is one primary per host",
+                            p.name
+                        ),
                         "role worker or architect, or stop the current primary first",
                     ));
                 }
@@ -215,12 +233,20 @@ impl Registry {
                     ));
                 }
                 if req.slot.is_some() {
-                    return Err(FleetError::invalid(what, "only architects bind a slot", "no slot for role primary"));
+                    return Err(FleetError::invalid(
+                        what,
+                        "only architects bind a slot",
+                        "no slot for role primary",
+                    ));
                 }
             }
             Role::Worker => {
                 if req.slot.is_some() {
-                    return Err(FleetError::invalid(what, "only architects bind a slot", "no slot for role worker"));
+                    return Err(FleetError::invalid(
+                        what,
+                        "only architects bind a slot",
+                        "no slot for role worker",
+                    ));
                 }
             }
             Role::Architect => {
@@ -230,7 +256,10 @@ impl Registry {
                         return Err(FleetError::invalid(
                             what,
                             "an architect needs a slot",
-                            format!("slot set to one of the configured architect slots: {}", configured()),
+                            format!(
+                                "slot set to one of the configured architect slots: {}",
+                                configured()
+                            ),
                         ));
                     }
                     Some(s) if !self.slots.contains_key(s) => {
@@ -248,7 +277,10 @@ impl Registry {
         if live >= self.limits.max_members {
             return Err(FleetError::overloaded(
                 what,
-                format!("{live} members are live; the limit is lifecycle.max_members = {}", self.limits.max_members),
+                format!(
+                    "{live} members are live; the limit is lifecycle.max_members = {}",
+                    self.limits.max_members
+                ),
                 "stop a member first, or raise lifecycle.max_members",
             ));
         }
@@ -303,7 +335,11 @@ impl Registry {
                     ));
                 }
                 let deadline = now + self.limits.wait_ms;
-                self.waiters.entry(slot).or_default().push_back(Waiter { id: waiter, req, deadline });
+                self.waiters.entry(slot).or_default().push_back(Waiter {
+                    id: waiter,
+                    req,
+                    deadline,
+                });
                 return Ok(ReserveOutcome::Queued {
                     position: queued_ahead + 1,
                     deadline,
@@ -325,7 +361,12 @@ impl Registry {
         };
         debug_assert_eq!(r.name, record.name);
         if let Some(slot) = &r.slot {
-            self.slots.insert(slot.clone(), SlotState::Live { member: r.name.clone() });
+            self.slots.insert(
+                slot.clone(),
+                SlotState::Live {
+                    member: r.name.clone(),
+                },
+            );
         }
         self.members.insert(r.name.clone(), record);
         self.trim_exited();
@@ -347,7 +388,12 @@ impl Registry {
     }
 
     /// The member's process is gone: record why, free its slot, serve the queue.
-    pub fn released(&mut self, name: &MemberName, exit: ExitInfo, now: Millis) -> Vec<WaiterOutcome> {
+    pub fn released(
+        &mut self,
+        name: &MemberName,
+        exit: ExitInfo,
+        now: Millis,
+    ) -> Vec<WaiterOutcome> {
         let Some(m) = self.members.get_mut(name) else {
             return vec![];
         };
@@ -358,7 +404,8 @@ impl Registry {
         m.status_since = exit.at;
         m.exit = Some(exit);
         match m.slot.clone() {
-            Some(slot) if matches!(self.slots.get(&slot), Some(SlotState::Live { member }) if member == name) => {
+            Some(slot) if matches!(self.slots.get(&slot), Some(SlotState::Live { member }) if member == name) =>
+            {
                 self.slots.insert(slot.clone(), SlotState::Free);
                 self.promote(&slot, now)
             }
@@ -432,14 +479,19 @@ impl Registry {
                     waiter: w.id,
                     result: Err(FleetError::timeout(
                         format!("spawn of `{}`", w.req.name),
-                        format!("architect slot `{slot}` freed only after the bounded wait ran out"),
+                        format!(
+                            "architect slot `{slot}` freed only after the bounded wait ran out"
+                        ),
                         "the same spawn again",
                     )),
                 });
                 continue;
             }
             let result = self.check_request(&w.req).map(|_| self.grant(w.req, now));
-            out.push(WaiterOutcome { waiter: w.id, result });
+            out.push(WaiterOutcome {
+                waiter: w.id,
+                result,
+            });
         }
         out
     }
@@ -468,8 +520,14 @@ impl Registry {
         for (slot, st) in &self.slots {
             match st {
                 SlotState::Free => {}
-                SlotState::Reserved { reservation, member } => {
-                    let r = self.pending.get(reservation).ok_or(format!("slot {slot} reserved by unknown reservation"))?;
+                SlotState::Reserved {
+                    reservation,
+                    member,
+                } => {
+                    let r = self
+                        .pending
+                        .get(reservation)
+                        .ok_or(format!("slot {slot} reserved by unknown reservation"))?;
                     if &r.name != member || r.slot.as_deref() != Some(slot) {
                         return Err(format!("slot {slot} reservation mismatch"));
                     }
@@ -478,9 +536,14 @@ impl Registry {
                     }
                 }
                 SlotState::Live { member } => {
-                    let m = self.members.get(member).ok_or(format!("slot {slot} held by unknown {member}"))?;
+                    let m = self
+                        .members
+                        .get(member)
+                        .ok_or(format!("slot {slot} held by unknown {member}"))?;
                     if !m.is_live() || m.slot.as_deref() != Some(slot) {
-                        return Err(format!("slot {slot} held by {member} which is not live there"));
+                        return Err(format!(
+                            "slot {slot} held by {member} which is not live there"
+                        ));
                     }
                     if !seen_members.insert(member.clone()) {
                         return Err(format!("{member} holds two slots"));
@@ -495,12 +558,25 @@ impl Registry {
                 return Err(format!("live architect {} does not hold slot {s}", m.name));
             }
         }
-        let primaries = self.members.values().filter(|m| m.is_live() && m.role == Role::Primary).count()
-            + self.pending.values().filter(|r| r.role == Role::Primary).count();
+        let primaries = self
+            .members
+            .values()
+            .filter(|m| m.is_live() && m.role == Role::Primary)
+            .count()
+            + self
+                .pending
+                .values()
+                .filter(|r| r.role == Role::Primary)
+                .count();
         if primaries > 1 {
             return Err(format!("{primaries} primaries"));
         }
-        let mut names: Vec<&MemberName> = self.members.values().filter(|m| m.is_live()).map(|m| &m.name).collect();
+        let mut names: Vec<&MemberName> = self
+            .members
+            .values()
+            .filter(|m| m.is_live())
+            .map(|m| &m.name)
+            .collect();
         names.extend(self.pending.values().map(|r| &r.name));
         let n = names.len();
         names.sort();
@@ -569,7 +645,11 @@ mod tests {
     }
 
     fn exit(at: Millis) -> ExitInfo {
-        ExitInfo { at, code: Some(0), reason: "stopped".into() }
+        ExitInfo {
+            at,
+            code: Some(0),
+            reason: "stopped".into(),
+        }
     }
 
     #[test]
@@ -592,15 +672,25 @@ mod tests {
         let mut r = reg();
         let p = granted(r.reserve(req("lead", Role::Primary, None), 1, 0));
         r.bind(p.id, record(&p, 0)).unwrap();
-        let e = r.reserve(req("lead2", Role::Primary, None), 2, 0).unwrap_err();
+        let e = r
+            .reserve(req("lead2", Role::Primary, None), 2, 0)
+            .unwrap_err();
         assert!(e.why.contains("one primary per host"), "{e}");
-        let e = r.reserve(req("lead", Role::Worker, None), 3, 0).unwrap_err();
+        let e = r
+            .reserve(req("lead", Role::Worker, None), 3, 0)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Conflict);
-        let e = r.reserve(req("w", Role::Worker, Some("opus")), 4, 0).unwrap_err();
+        let e = r
+            .reserve(req("w", Role::Worker, Some("opus")), 4, 0)
+            .unwrap_err();
         assert!(e.why.contains("only architects"));
-        let e = r.reserve(req("a", Role::Architect, None), 5, 0).unwrap_err();
+        let e = r
+            .reserve(req("a", Role::Architect, None), 5, 0)
+            .unwrap_err();
         assert!(e.accepted.contains("opus, sol"), "{e}");
-        let e = r.reserve(req("a", Role::Architect, Some("zed")), 6, 0).unwrap_err();
+        let e = r
+            .reserve(req("a", Role::Architect, Some("zed")), 6, 0)
+            .unwrap_err();
         assert!(e.why.contains("`zed`"));
         // An exited member's name can be used again.
         r.released(&n("lead"), exit(1), 1);
@@ -613,15 +703,22 @@ mod tests {
         let a = granted(r.reserve(req("a1", Role::Architect, Some("opus")), 1, 0));
         r.bind(a.id, record(&a, 0)).unwrap();
         assert_eq!(
-            r.reserve(req("a2", Role::Architect, Some("opus")), 2, 10).unwrap(),
-            ReserveOutcome::Queued { position: 1, deadline: 1_010 }
+            r.reserve(req("a2", Role::Architect, Some("opus")), 2, 10)
+                .unwrap(),
+            ReserveOutcome::Queued {
+                position: 1,
+                deadline: 1_010
+            }
         );
         assert!(matches!(
-            r.reserve(req("a3", Role::Architect, Some("opus")), 3, 20).unwrap(),
+            r.reserve(req("a3", Role::Architect, Some("opus")), 3, 20)
+                .unwrap(),
             ReserveOutcome::Queued { position: 2, .. }
         ));
         // The queue is bounded.
-        let e = r.reserve(req("a4", Role::Architect, Some("opus")), 4, 30).unwrap_err();
+        let e = r
+            .reserve(req("a4", Role::Architect, Some("opus")), 4, 30)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Overloaded);
         // Release serves the head of the queue first.
         let out = r.released(&n("a1"), exit(100), 100);
@@ -643,7 +740,11 @@ mod tests {
     fn failed_launch_releases_slot_to_waiter() {
         let mut r = reg();
         let a = granted(r.reserve(req("a1", Role::Architect, Some("sol")), 1, 0));
-        assert!(matches!(r.reserve(req("a2", Role::Architect, Some("sol")), 2, 0).unwrap(), ReserveOutcome::Queued { .. }));
+        assert!(matches!(
+            r.reserve(req("a2", Role::Architect, Some("sol")), 2, 0)
+                .unwrap(),
+            ReserveOutcome::Queued { .. }
+        ));
         let out = r.release(a.id, 5);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].result.as_ref().unwrap().name, n("a2"));
@@ -653,7 +754,14 @@ mod tests {
     #[test]
     fn restored_live_architects_hold_their_slots() {
         let mut m = record(
-            &Reservation { id: 1, name: n("a1"), role: Role::Architect, slot: Some("opus".into()), parent: Party::Operator, at: 0 },
+            &Reservation {
+                id: 1,
+                name: n("a1"),
+                role: Role::Architect,
+                slot: Some("opus".into()),
+                parent: Party::Operator,
+                at: 0,
+            },
             0,
         );
         m.status = Status::Idle;

@@ -106,7 +106,11 @@ fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
     SlotSettings {
         rows: c.lifecycle.rows,
         cols: c.lifecycle.cols,
-        idle_ttl_ms: if exempt { 0 } else { c.lifecycle.idle_ttl_seconds.saturating_mul(1000) },
+        idle_ttl_ms: if exempt {
+            0
+        } else {
+            c.lifecycle.idle_ttl_seconds.saturating_mul(1000)
+        },
         tail_lines: c.tickets.tail_lines,
     }
 }
@@ -140,13 +144,24 @@ impl SlotActorState {
     fn apply(&mut self, fx: Vec<Effect>) {
         for e in fx {
             match e {
-                Effect::Status { from, to, injectable, cause } => {
+                Effect::Status {
+                    from,
+                    to,
+                    injectable,
+                    cause,
+                } => {
                     tracing::debug!(member = %self.name, %from, %to, injectable, ?cause, "status");
                     if let Ok(r) = self.ctx.dir.registry() {
-                        r.cast(RegistryMsg::Status { name: self.name.clone(), status: to });
+                        r.cast(RegistryMsg::Status {
+                            name: self.name.clone(),
+                            status: to,
+                        });
                     }
                     if let Some(i) = self.ctx.dir.injector(&self.name) {
-                        i.cast(InjectorMsg::Target(TargetView { status: to, injectable }));
+                        i.cast(InjectorMsg::Target(TargetView {
+                            status: to,
+                            injectable,
+                        }));
                     }
                     self.ctx.events.emit(EventKind::Status {
                         member: self.name.clone(),
@@ -163,9 +178,15 @@ impl SlotActorState {
                 }
                 Effect::Reap { idle_ms } => {
                     let ttl = self.ctx.config().lifecycle.idle_ttl_seconds;
-                    let reason = format!("reaped: idle for {} s (lifecycle.idle_ttl_seconds = {ttl})", idle_ms / 1000);
+                    let reason = format!(
+                        "reaped: idle for {} s (lifecycle.idle_ttl_seconds = {ttl})",
+                        idle_ms / 1000
+                    );
                     tracing::info!(member = %self.name, %reason, "reaping an idle member");
-                    self.ctx.events.emit(EventKind::Reaped { member: self.name.clone(), idle_ms });
+                    self.ctx.events.emit(EventKind::Reaped {
+                        member: self.name.clone(),
+                        idle_ms,
+                    });
                     self.terminate(reason);
                 }
             }
@@ -185,7 +206,13 @@ impl SlotActorState {
     }
 
     /// The program is gone: record it, tell everyone, and stop this actor (normally).
-    async fn finish(&mut self, myself: &ActorRef<SlotMsg>, code: Option<i32>, signal: Option<String>, fallback: String) {
+    async fn finish(
+        &mut self,
+        myself: &ActorRef<SlotMsg>,
+        code: Option<i32>,
+        signal: Option<String>,
+        fallback: String,
+    ) {
         if self.done {
             return;
         }
@@ -198,11 +225,22 @@ impl SlotActorState {
             None if code.is_some() || signal.is_some() => describe_exit(code, &signal),
             None => fallback,
         };
-        let exit = ExitInfo { at: now, code, reason };
+        let exit = ExitInfo {
+            at: now,
+            code,
+            reason,
+        };
         if let Ok(r) = self.ctx.dir.registry() {
             // Wait until the exit is durable, so a restart never re-adopts a finished member.
             let _ = r
-                .call(|reply| RegistryMsg::Released { name: self.name.clone(), exit, reply: Some(reply) }, Duration::from_secs(10))
+                .call(
+                    |reply| RegistryMsg::Released {
+                        name: self.name.clone(),
+                        exit,
+                        reply: Some(reply),
+                    },
+                    Duration::from_secs(10),
+                )
                 .await;
         }
         for w in self.stop_waiters.drain(..) {
@@ -226,12 +264,16 @@ impl SlotActorState {
 
     fn rearm(&mut self, myself: &ActorRef<SlotMsg>) {
         let now = self.ctx.now();
-        self.timer.arm(myself, self.core.next_deadline(), now, || SlotMsg::Tick);
+        self.timer
+            .arm(myself, self.core.next_deadline(), now, || SlotMsg::Tick);
     }
 }
 
 /// Forward terminal events to the slot, at most `TERM_EVENTS_IN_FLIGHT` unprocessed at a time.
-fn forward(myself: ActorRef<SlotMsg>, mut events: mpsc::Receiver<TermEvent>) -> tokio::task::JoinHandle<()> {
+fn forward(
+    myself: ActorRef<SlotMsg>,
+    mut events: mpsc::Receiver<TermEvent>,
+) -> tokio::task::JoinHandle<()> {
     let permits = Arc::new(Semaphore::new(TERM_EVENTS_IN_FLIGHT));
     tokio::spawn(async move {
         while let Some(ev) = events.recv().await {
@@ -251,7 +293,11 @@ impl Actor for SlotActor {
     type State = SlotActorState;
     type Arguments = SlotArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SlotMsg>, args: SlotArgs) -> Result<SlotActorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        args: SlotArgs,
+    ) -> Result<SlotActorState, ActorProcessingErr> {
         let ctx = args.ctx;
         let name = args.name;
         let n2 = name.clone();
@@ -259,7 +305,9 @@ impl Actor for SlotActor {
             .store
             .run(move |s| s.load_member(&n2))
             .await?
-            .ok_or_else(|| FleetError::internal(format!("slot of `{name}`"), "no member record in the store"))?;
+            .ok_or_else(|| {
+                FleetError::internal(format!("slot of `{name}`"), "no member record in the store")
+            })?;
         let (prof, enter_delay_ms) = profile(&ctx, &record.profile);
         let now = ctx.now();
         let mut core = SlotCore::new(prof, settings(&ctx, record.role), now);
@@ -277,18 +325,28 @@ impl Actor for SlotActor {
                 }
                 if adopted {
                     tracing::info!(member = %name, pid = h.pid, "terminal re-adopted");
-                    ctx.events.emit(EventKind::Adopted { member: name.clone(), pid: Some(h.pid) });
+                    ctx.events.emit(EventKind::Adopted {
+                        member: name.clone(),
+                        pid: Some(h.pid),
+                    });
                 }
                 if (record.pid != Some(h.pid) || record.host_pid != h.host_pid)
                     && let Ok(r) = ctx.dir.registry()
                 {
-                    r.cast(RegistryMsg::Pids { name: name.clone(), pid: Some(h.pid), host_pid: h.host_pid });
+                    r.cast(RegistryMsg::Pids {
+                        name: name.clone(),
+                        pid: Some(h.pid),
+                        host_pid: h.host_pid,
+                    });
                 }
                 (Some(h.input), Some(forward(myself.clone(), h.events)), None)
             }
             Err(e) => {
                 // The terminal did not survive: record the member as exited and stop.
-                let (code, signal) = ctx.term.recorded_exit(&name, record.generation).unwrap_or((None, None));
+                let (code, signal) = ctx
+                    .term
+                    .recorded_exit(&name, record.generation)
+                    .unwrap_or((None, None));
                 let reason = if code.is_some() || signal.is_some() {
                     format!("{} while the daemon was down", describe_exit(code, &signal))
                 } else {
@@ -314,21 +372,38 @@ impl Actor for SlotActor {
             forward: fwd,
             done: false,
         };
-        ctx.dir
-            .set_slot(&name, Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("the slot of `{name}`")));
+        ctx.dir.set_slot(
+            &name,
+            Mailbox::new(
+                myself.clone(),
+                ctx.mailbox_cap(),
+                format!("the slot of `{name}`"),
+            ),
+        );
         Ok(st)
     }
 
-    async fn post_start(&self, myself: ActorRef<SlotMsg>, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        st: &mut SlotActorState,
+    ) -> Result<(), ActorProcessingErr> {
         // Tell the injector where we stand (it may have restarted before us, or we after it).
         if let Some(i) = st.ctx.dir.injector(&st.name) {
-            i.cast(InjectorMsg::Target(TargetView { status: st.core.status(), injectable: st.core.injectable() }));
+            i.cast(InjectorMsg::Target(TargetView {
+                status: st.core.status(),
+                injectable: st.core.injectable(),
+            }));
         }
         st.rearm(&myself);
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<SlotMsg>, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        st: &mut SlotActorState,
+    ) -> Result<(), ActorProcessingErr> {
         st.timer.cancel();
         if let Some(f) = st.forward.take() {
             f.abort();
@@ -343,7 +418,12 @@ impl Actor for SlotActor {
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<SlotMsg>, msg: SlotMsg, st: &mut SlotActorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SlotMsg>,
+        msg: SlotMsg,
+        st: &mut SlotActorState,
+    ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
             SlotMsg::Term(ev, _permit) => match ev {
@@ -357,8 +437,18 @@ impl Actor for SlotActor {
                     return Ok(());
                 }
                 TermEvent::Lost(why) => {
-                    let (code, signal) = st.ctx.term.recorded_exit(&st.name, st.generation).unwrap_or((None, None));
-                    st.finish(&myself, code, signal, format!("terminal connection lost: {why}")).await;
+                    let (code, signal) = st
+                        .ctx
+                        .term
+                        .recorded_exit(&st.name, st.generation)
+                        .unwrap_or((None, None));
+                    st.finish(
+                        &myself,
+                        code,
+                        signal,
+                        format!("terminal connection lost: {why}"),
+                    )
+                    .await;
                     return Ok(());
                 }
             },
@@ -417,9 +507,17 @@ impl Actor for SlotActor {
             SlotMsg::Input { bytes, reply } => {
                 let r = match &st.input {
                     Some(i) => i.send(TermInput::Bytes(bytes)).await.map_err(|_| {
-                        FleetError::conflict(format!("input to `{}`", st.name), "its terminal is closed", "input to a live member")
+                        FleetError::conflict(
+                            format!("input to `{}`", st.name),
+                            "its terminal is closed",
+                            "input to a live member",
+                        )
                     }),
-                    None => Err(FleetError::conflict(format!("input to `{}`", st.name), "it has exited", "input to a live member")),
+                    None => Err(FleetError::conflict(
+                        format!("input to `{}`", st.name),
+                        "it has exited",
+                        "input to a live member",
+                    )),
                 };
                 let _ = reply.send(r);
             }

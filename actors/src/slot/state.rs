@@ -24,18 +24,30 @@ pub struct Classified {
 pub fn classify(profile: &CompiledProfile, screen: &str) -> Classified {
     let hit = |re: &Option<regex::Regex>| re.as_ref().is_some_and(|r| r.is_match(screen));
     if hit(&profile.busy) {
-        Classified { status: Status::Working, injectable: false }
+        Classified {
+            status: Status::Working,
+            injectable: false,
+        }
     } else if hit(&profile.permission) {
         Classified {
             status: Status::Blocked,
             injectable: profile.permission_injectable,
         }
     } else if hit(&profile.blocked) {
-        Classified { status: Status::Blocked, injectable: true }
+        Classified {
+            status: Status::Blocked,
+            injectable: true,
+        }
     } else if profile.prompt.is_match(screen) {
-        Classified { status: Status::Idle, injectable: true }
+        Classified {
+            status: Status::Idle,
+            injectable: true,
+        }
     } else {
-        Classified { status: Status::Working, injectable: false }
+        Classified {
+            status: Status::Working,
+            injectable: false,
+        }
     }
 }
 
@@ -43,7 +55,12 @@ pub fn classify(profile: &CompiledProfile, screen: &str) -> Classified {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// The status changed; tell the registry, the injector and the event stream.
-    Status { from: Status, to: Status, injectable: bool, cause: Cause },
+    Status {
+        from: Status,
+        to: Status,
+        injectable: bool,
+        cause: Cause,
+    },
     /// Idle for the whole TTL: stop the member and say why.
     Reap { idle_ms: Millis },
 }
@@ -88,7 +105,9 @@ pub struct SlotCore {
 }
 
 fn nz(v: u16, dflt: u16) -> NonZeroU16 {
-    NonZeroU16::new(v).or(NonZeroU16::new(dflt)).unwrap_or(NonZeroU16::MIN)
+    NonZeroU16::new(v)
+        .or(NonZeroU16::new(dflt))
+        .unwrap_or(NonZeroU16::MIN)
 }
 
 impl SlotCore {
@@ -125,7 +144,9 @@ impl SlotCore {
 
     /// The terminal was resized.
     pub fn resize(&mut self, rows: u16, cols: u16) {
-        self.parser.screen_mut().set_size(nz(rows, 40), nz(cols, 120));
+        self.parser
+            .screen_mut()
+            .set_size(nz(rows, 40), nz(cols, 120));
     }
 
     pub fn size(&self) -> (u16, u16) {
@@ -176,12 +197,23 @@ impl SlotCore {
     /// The last `tail_lines` non-blank lines of the screen.
     pub fn tail(&self) -> String {
         let text = self.screen_text();
-        let lines: Vec<&str> = text.lines().map(|l| l.trim_end()).filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.trim_end())
+            .filter(|l| !l.is_empty())
+            .collect();
         let start = lines.len().saturating_sub(self.settings.tail_lines);
         lines[start..].join("\n")
     }
 
-    fn set(&mut self, to: Status, injectable: bool, cause: Cause, now: Millis, fx: &mut Vec<Effect>) {
+    fn set(
+        &mut self,
+        to: Status,
+        injectable: bool,
+        cause: Cause,
+        now: Millis,
+        fx: &mut Vec<Effect>,
+    ) {
         if self.status == Status::Exited {
             return;
         }
@@ -192,7 +224,12 @@ impl SlotCore {
             }
             self.status = to;
             self.injectable = injectable;
-            fx.push(Effect::Status { from, to, injectable, cause });
+            fx.push(Effect::Status {
+                from,
+                to,
+                injectable,
+                cause,
+            });
         }
     }
 
@@ -219,13 +256,20 @@ impl SlotCore {
         if self.status == Status::Exited {
             return fx;
         }
-        if !self.pinned && self.dirty && now.saturating_sub(self.last_change) >= self.profile.stable_ms {
+        if !self.pinned
+            && self.dirty
+            && now.saturating_sub(self.last_change) >= self.profile.stable_ms
+        {
             self.dirty = false;
             let c = classify(&self.profile, &self.last_contents);
             self.set(c.status, c.injectable, Cause::Screen, now, &mut fx);
         }
         let ttl = self.settings.idle_ttl_ms;
-        if ttl > 0 && !self.reaped && self.status == Status::Idle && now.saturating_sub(self.status_since) >= ttl {
+        if ttl > 0
+            && !self.reaped
+            && self.status == Status::Idle
+            && now.saturating_sub(self.status_since) >= ttl
+        {
             self.reaped = true;
             fx.push(Effect::Reap {
                 idle_ms: now - self.status_since,
@@ -239,9 +283,11 @@ impl SlotCore {
         if self.status == Status::Exited {
             return None;
         }
-        let classify_at = (!self.pinned && self.dirty).then_some(self.last_change + self.profile.stable_ms);
-        let reap_at = (self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle)
-            .then_some(self.status_since + self.settings.idle_ttl_ms);
+        let classify_at =
+            (!self.pinned && self.dirty).then_some(self.last_change + self.profile.stable_ms);
+        let reap_at =
+            (self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle)
+                .then_some(self.status_since + self.settings.idle_ttl_ms);
         match (classify_at, reap_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -256,7 +302,13 @@ impl SlotCore {
             return fx;
         }
         self.pinned = true;
-        self.set(status, status != Status::Working, Cause::Signal, now, &mut fx);
+        self.set(
+            status,
+            status != Status::Working,
+            Cause::Signal,
+            now,
+            &mut fx,
+        );
         fx
     }
 
@@ -293,7 +345,16 @@ mod tests {
 
     fn core(ttl: Millis) -> SlotCore {
         let p = Config::default().compiled_profile("sim").unwrap();
-        SlotCore::new(p, SlotSettings { rows: 10, cols: 40, idle_ttl_ms: ttl, tail_lines: 3 }, 0)
+        SlotCore::new(
+            p,
+            SlotSettings {
+                rows: 10,
+                cols: 40,
+                idle_ttl_ms: ttl,
+                tail_lines: 3,
+            },
+            0,
+        )
     }
 
     fn statuses(fx: &[Effect]) -> Vec<Status> {
@@ -316,7 +377,14 @@ mod tests {
             ("", Status::Working, false),
         ];
         for (screen, status, inj) in cases {
-            assert_eq!(classify(&p, screen), Classified { status, injectable: inj }, "{screen:?}");
+            assert_eq!(
+                classify(&p, screen),
+                Classified {
+                    status,
+                    injectable: inj
+                },
+                "{screen:?}"
+            );
         }
     }
 
@@ -328,7 +396,10 @@ mod tests {
         assert!(c.tick(149).is_empty());
         assert_eq!(statuses(&c.tick(150)), vec![Status::Idle]);
         // Any change means working at once.
-        assert_eq!(statuses(&c.output(b"task\r\n* working on task", 200)), vec![Status::Working]);
+        assert_eq!(
+            statuses(&c.output(b"task\r\n* working on task", 200)),
+            vec![Status::Working]
+        );
         // Still working while the busy marker shows, even when stable.
         assert!(c.tick(1_000).is_empty());
         // The agent replaces its busy line and shows the prompt again.
@@ -353,7 +424,10 @@ mod tests {
         let mut c = core(0);
         c.output(b"sim> ", 0);
         c.tick(200);
-        assert_eq!(statuses(&c.signal(Status::Blocked, 300)), vec![Status::Blocked]);
+        assert_eq!(
+            statuses(&c.signal(Status::Blocked, 300)),
+            vec![Status::Blocked]
+        );
         // Screen rules are suspended: a stable prompt does not make it idle.
         c.output(b"x", 310);
         assert!(statuses(&c.tick(1_000)).is_empty());
@@ -369,7 +443,11 @@ mod tests {
         c.output(b"sim> ", 0);
         c.tick(150);
         assert_eq!(c.next_deadline(), Some(1_150));
-        assert!(c.tick(1_149).iter().all(|e| !matches!(e, Effect::Reap { .. })));
+        assert!(
+            c.tick(1_149)
+                .iter()
+                .all(|e| !matches!(e, Effect::Reap { .. }))
+        );
         assert_eq!(c.tick(1_150), vec![Effect::Reap { idle_ms: 1_000 }]);
         assert!(c.tick(5_000).is_empty());
     }

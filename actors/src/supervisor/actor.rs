@@ -20,7 +20,8 @@ use crate::supervisor::policy::{Decision, ExitKind, RestartTracker};
 use crate::term::BoxFut;
 
 /// Starts (or restarts) one child, linked to the given supervisor cell.
-pub type StartFn = Arc<dyn Fn(ActorCell) -> BoxFut<'static, Result<ActorCell, FleetError>> + Send + Sync>;
+pub type StartFn =
+    Arc<dyn Fn(ActorCell) -> BoxFut<'static, Result<ActorCell, FleetError>> + Send + Sync>;
 
 /// A child: its id (`registry`, `slot:w1`, ...), its kind (for the policy) and how to start it.
 #[derive(Clone)]
@@ -37,7 +38,9 @@ pub enum SupervisorMsg {
         reply: RpcReplyPort<Result<(), FleetError>>,
     },
     /// Restart a child after its backoff.
-    Restart { id: String },
+    Restart {
+        id: String,
+    },
     /// Stop every child in reverse start order, each within its share of the deadline; the
     /// reply names the children that had to be killed.
     Shutdown {
@@ -82,7 +85,13 @@ impl SupervisorState {
     }
 
     /// A child ended: consult its policy.
-    fn on_exit(&mut self, myself: &ActorRef<SupervisorMsg>, idx: usize, exit: ExitKind, detail: String) {
+    fn on_exit(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        idx: usize,
+        exit: ExitKind,
+        detail: String,
+    ) {
         let now = self.ctx.now();
         let child = &mut self.children[idx];
         child.cell = None;
@@ -96,13 +105,21 @@ impl SupervisorState {
                     attempt,
                     reason: detail,
                 });
-                myself.send_after(Duration::from_millis(delay_ms), move || SupervisorMsg::Restart { id });
+                myself.send_after(Duration::from_millis(delay_ms), move || {
+                    SupervisorMsg::Restart { id }
+                });
             }
             Decision::Escalate { reason } => {
                 let reason = format!("{reason}; last failure: {detail}");
                 tracing::error!(child = %id, %reason, "restart limit exceeded; the daemon escalates and exits");
-                *self.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-                self.ctx.events.emit(EventKind::Escalated { reason: reason.clone() });
+                *self
+                    .ctx
+                    .escalation
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                self.ctx.events.emit(EventKind::Escalated {
+                    reason: reason.clone(),
+                });
                 myself.stop(Some(reason));
             }
             Decision::Done => {
@@ -118,7 +135,11 @@ impl Actor for Supervisor {
     type State = SupervisorState;
     type Arguments = SharedCtx;
 
-    async fn pre_start(&self, _myself: ActorRef<SupervisorMsg>, ctx: SharedCtx) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<SupervisorMsg>,
+        ctx: SharedCtx,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         Ok(SupervisorState {
             ctx,
             children: vec![],
@@ -126,11 +147,19 @@ impl Actor for Supervisor {
         })
     }
 
-    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, st: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        st: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Start { spec, reply } => {
                 if st.shutting_down {
-                    let _ = reply.send(Err(FleetError::unavailable(format!("start of {}", spec.id), "the daemon is shutting down")));
+                    let _ = reply.send(Err(FleetError::unavailable(
+                        format!("start of {}", spec.id),
+                        "the daemon is shutting down",
+                    )));
                     return Ok(());
                 }
                 if st.children.iter().any(|c| c.spec.id == spec.id) {
@@ -179,13 +208,22 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Shutdown { deadline, reply } => {
                 st.shutting_down = true;
-                let n = st.children.iter().filter(|c| c.cell.is_some()).count().max(1);
+                let n = st
+                    .children
+                    .iter()
+                    .filter(|c| c.cell.is_some())
+                    .count()
+                    .max(1);
                 let share = deadline / n as u32;
                 let mut hung = vec![];
                 for child in st.children.iter_mut().rev() {
                     if let Some(cell) = child.cell.take() {
                         tracing::debug!(child = %child.spec.id, "stopping");
-                        if cell.stop_and_wait(Some("shutdown".into()), Some(share)).await.is_err() {
+                        if cell
+                            .stop_and_wait(Some("shutdown".into()), Some(share))
+                            .await
+                            .is_err()
+                        {
                             tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
                             cell.kill();
                             hung.push(child.spec.id.clone());
@@ -230,7 +268,10 @@ impl Actor for Supervisor {
             }
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
                 if let Some(idx) = st.find_by_cell(&cell) {
-                    let detail = format!("stopped: {}", reason.unwrap_or_else(|| "normal exit".into()));
+                    let detail = format!(
+                        "stopped: {}",
+                        reason.unwrap_or_else(|| "normal exit".into())
+                    );
                     st.on_exit(&myself, idx, ExitKind::Normal, detail);
                 }
             }

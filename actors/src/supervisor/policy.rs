@@ -165,7 +165,11 @@ mod tests {
         for (r, e, restarts) in cases {
             let mut t = RestartTracker::new(policy(r, 3));
             let d = t.on_exit("c", e, 0);
-            assert_eq!(matches!(d, Decision::Restart { .. }), restarts, "{r:?} {e:?}");
+            assert_eq!(
+                matches!(d, Decision::Restart { .. }),
+                restarts,
+                "{r:?} {e:?}"
+            );
         }
     }
 
@@ -185,7 +189,10 @@ mod tests {
     fn escalates_past_intensity_and_recovers_after_window() {
         let mut t = RestartTracker::new(policy(Restart::Permanent, 3));
         for i in 0..3 {
-            assert!(matches!(t.on_exit("slot:w1", ExitKind::Failed, i * 100), Decision::Restart { .. }));
+            assert!(matches!(
+                t.on_exit("slot:w1", ExitKind::Failed, i * 100),
+                Decision::Restart { .. }
+            ));
         }
         match t.on_exit("slot:w1", ExitKind::Failed, 400) {
             Decision::Escalate { reason } => {
@@ -199,7 +206,10 @@ mod tests {
         for i in 0..3 {
             t.on_exit("c", ExitKind::Failed, i);
         }
-        assert!(matches!(t.on_exit("c", ExitKind::Failed, 10_005), Decision::Restart { .. }));
+        assert!(matches!(
+            t.on_exit("c", ExitKind::Failed, 10_005),
+            Decision::Restart { .. }
+        ));
     }
 
     proptest! {

@@ -89,8 +89,12 @@ impl DeskState {
             match e {
                 Effect::Save(t) => batch.tickets.push(t),
                 Effect::Delete(id) => batch.delete_tickets.push(id),
-                Effect::Wake { waiter, ticket } => wakes.push((waiter, WaitOutcome::Resolved(ticket))),
-                Effect::WaitExpired { waiter, ticket } => wakes.push((waiter, WaitOutcome::TimedOut(ticket))),
+                Effect::Wake { waiter, ticket } => {
+                    wakes.push((waiter, WaitOutcome::Resolved(ticket)))
+                }
+                Effect::WaitExpired { waiter, ticket } => {
+                    wakes.push((waiter, WaitOutcome::TimedOut(ticket)))
+                }
             }
         }
         if !batch.is_empty() {
@@ -117,7 +121,8 @@ impl DeskState {
 
     fn rearm(&mut self, myself: &ActorRef<DeskMsg>) {
         let now = self.ctx.now();
-        self.timer.arm(myself, self.core.next_deadline(), now, || DeskMsg::Tick);
+        self.timer
+            .arm(myself, self.core.next_deadline(), now, || DeskMsg::Tick);
     }
 }
 
@@ -126,11 +131,18 @@ impl Actor for DeskActor {
     type State = DeskState;
     type Arguments = SharedCtx;
 
-    async fn pre_start(&self, myself: ActorRef<DeskMsg>, ctx: SharedCtx) -> Result<DeskState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<DeskMsg>,
+        ctx: SharedCtx,
+    ) -> Result<DeskState, ActorProcessingErr> {
         let (tickets, next) = ctx.store.run(|s| s.load_tickets()).await?;
         let core = Desk::new(tickets, next, ctx.config().tickets.retention);
-        ctx.dir
-            .set_tickets(Some(Mailbox::new(myself.clone(), ctx.mailbox_cap(), "the ticket desk")));
+        ctx.dir.set_tickets(Some(Mailbox::new(
+            myself.clone(),
+            ctx.mailbox_cap(),
+            "the ticket desk",
+        )));
         Ok(DeskState {
             ctx,
             core,
@@ -140,7 +152,11 @@ impl Actor for DeskActor {
         })
     }
 
-    async fn post_start(&self, myself: ActorRef<DeskMsg>, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+    async fn post_start(
+        &self,
+        myself: ActorRef<DeskMsg>,
+        st: &mut DeskState,
+    ) -> Result<(), ActorProcessingErr> {
         // Tickets that expired while the daemon was down expire now.
         let now = st.ctx.now();
         let fx = st.core.tick(now);
@@ -149,23 +165,50 @@ impl Actor for DeskActor {
         Ok(())
     }
 
-    async fn post_stop(&self, myself: ActorRef<DeskMsg>, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        myself: ActorRef<DeskMsg>,
+        st: &mut DeskState,
+    ) -> Result<(), ActorProcessingErr> {
         st.timer.cancel();
-        if st.ctx.dir.tickets().is_ok_and(|m| m.actor.get_id() == myself.get_id()) {
+        if st
+            .ctx
+            .dir
+            .tickets()
+            .is_ok_and(|m| m.actor.get_id() == myself.get_id())
+        {
             st.ctx.dir.set_tickets(None);
         }
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<DeskMsg>, msg: DeskMsg, st: &mut DeskState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<DeskMsg>,
+        msg: DeskMsg,
+        st: &mut DeskState,
+    ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
-            DeskMsg::Open { kind, from, to, msg, body, ttl_ms, reply } => {
+            DeskMsg::Open {
+                kind,
+                from,
+                to,
+                msg,
+                body,
+                ttl_ms,
+                reply,
+            } => {
                 let (t, fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
                 let r = st.perform(fx).await.map(|_| t);
                 let _ = reply.send(r);
             }
-            DeskMsg::Reply { caller, ticket, text, reply } => match st.core.reply(&caller, ticket, text, now) {
+            DeskMsg::Reply {
+                caller,
+                ticket,
+                text,
+                reply,
+            } => match st.core.reply(&caller, ticket, text, now) {
                 Ok((t, fx)) => {
                     let r = st.perform(fx).await.map(|_| t);
                     let _ = reply.send(r);
@@ -184,7 +227,11 @@ impl Actor for DeskActor {
                 let fx = st.core.undeliverable(ticket, &why, now);
                 st.perform(fx).await?;
             }
-            DeskMsg::Wait { ticket, deadline, reply } => {
+            DeskMsg::Wait {
+                ticket,
+                deadline,
+                reply,
+            } => {
                 let w = st.next_waiter;
                 st.next_waiter += 1;
                 match st.core.wait(ticket, w, deadline) {
@@ -202,7 +249,11 @@ impl Actor for DeskActor {
             DeskMsg::Poll { party, reply } => {
                 let _ = reply.send(st.core.poll(&party));
             }
-            DeskMsg::Ack { party, ticket, reply } => match st.core.ack(&party, ticket, now) {
+            DeskMsg::Ack {
+                party,
+                ticket,
+                reply,
+            } => match st.core.ack(&party, ticket, now) {
                 Ok(fx) => {
                     let r = st.perform(fx).await;
                     let _ = reply.send(r);
@@ -219,7 +270,12 @@ impl Actor for DeskActor {
             }
             DeskMsg::Tick => {
                 // Drop the waits whose callers went away.
-                let gone: Vec<u64> = st.waiters.iter().filter(|(_, p)| p.is_closed()).map(|(k, _)| *k).collect();
+                let gone: Vec<u64> = st
+                    .waiters
+                    .iter()
+                    .filter(|(_, p)| p.is_closed())
+                    .map(|(k, _)| *k)
+                    .collect();
                 for w in gone {
                     st.waiters.remove(&w);
                     st.core.cancel_wait(w);

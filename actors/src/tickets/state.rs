@@ -106,7 +106,13 @@ pub struct Desk {
 
 /// The first line of a message, at most 80 characters.
 pub fn subject_of(body: &str) -> String {
-    crate::types::truncate(body.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim(), 80)
+    crate::types::truncate(
+        body.lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim(),
+        80,
+    )
 }
 
 impl Desk {
@@ -206,14 +212,22 @@ impl Desk {
         let Some(t) = self.tickets.get_mut(&id) else {
             return Err((Self::not_found(id), vec![]));
         };
-        if let Err(e) = authorize(caller, &Action::Reply { owner: &t.to }, &format!("fleet_reply to {id}")) {
+        if let Err(e) = authorize(
+            caller,
+            &Action::Reply { owner: &t.to },
+            &format!("fleet_reply to {id}"),
+        ) {
             return Err((e, vec![]));
         }
         let what = format!("fleet_reply to {id}");
         match t.state {
             TicketState::Replied => {
                 return Err((
-                    FleetError::conflict(what, format!("{id} already has a reply"), "one fleet_reply per ticket"),
+                    FleetError::conflict(
+                        what,
+                        format!("{id} already has a reply"),
+                        "one fleet_reply per ticket",
+                    ),
                     vec![],
                 ));
             }
@@ -244,7 +258,11 @@ impl Desk {
             }
             TicketState::Undeliverable => {
                 return Err((
-                    FleetError::conflict(what, format!("{id} was never delivered"), "a reply to a ticket you received"),
+                    FleetError::conflict(
+                        what,
+                        format!("{id} was never delivered"),
+                        "a reply to a ticket you received",
+                    ),
                     vec![],
                 ));
             }
@@ -267,7 +285,10 @@ impl Desk {
             && t.state == TicketState::Open
         {
             t.state = TicketState::Tail;
-            t.tail = Some(Reply { text: tail, at: now });
+            t.tail = Some(Reply {
+                text: tail,
+                at: now,
+            });
             t.note = Some(format!(
                 "`{}` finished its turn without a structured fleet_reply; the transcript tail follows",
                 t.to
@@ -297,12 +318,21 @@ impl Desk {
     }
 
     /// Wait on ticket `id` until `deadline`. Answers at once if it is already resolved.
-    pub fn wait(&mut self, id: TicketId, waiter: u64, deadline: Millis) -> Result<Option<Ticket>, FleetError> {
+    pub fn wait(
+        &mut self,
+        id: TicketId,
+        waiter: u64,
+        deadline: Millis,
+    ) -> Result<Option<Ticket>, FleetError> {
         let t = self.tickets.get(&id).ok_or_else(|| Self::not_found(id))?;
         if t.state.is_resolved() {
             return Ok(Some(t.clone()));
         }
-        self.waiters.push(Waiter { id: waiter, ticket: id, deadline });
+        self.waiters.push(Waiter {
+            id: waiter,
+            ticket: id,
+            deadline,
+        });
         Ok(None)
     }
 
@@ -329,11 +359,15 @@ impl Desk {
                 self.wake(&t, &mut fx);
             }
         }
-        let (due, keep): (Vec<Waiter>, Vec<Waiter>) = self.waiters.drain(..).partition(|w| now >= w.deadline);
+        let (due, keep): (Vec<Waiter>, Vec<Waiter>) =
+            self.waiters.drain(..).partition(|w| now >= w.deadline);
         self.waiters = keep;
         for w in due {
             if let Some(t) = self.tickets.get(&w.ticket) {
-                fx.push(Effect::WaitExpired { waiter: w.id, ticket: t.clone() });
+                fx.push(Effect::WaitExpired {
+                    waiter: w.id,
+                    ticket: t.clone(),
+                });
             }
         }
         fx
@@ -373,8 +407,16 @@ impl Desk {
     }
 
     /// Acknowledge a resolved ticket so poll stops returning it. Only its opener may.
-    pub fn ack(&mut self, party: &Party, id: TicketId, now: Millis) -> Result<Vec<Effect>, FleetError> {
-        let t = self.tickets.get_mut(&id).ok_or_else(|| Self::not_found(id))?;
+    pub fn ack(
+        &mut self,
+        party: &Party,
+        id: TicketId,
+        now: Millis,
+    ) -> Result<Vec<Effect>, FleetError> {
+        let t = self
+            .tickets
+            .get_mut(&id)
+            .ok_or_else(|| Self::not_found(id))?;
         if &t.from != party {
             return Err(FleetError::new(
                 ErrorKind::Forbidden,
@@ -399,10 +441,14 @@ impl Desk {
     }
 
     fn wake(&mut self, t: &Ticket, fx: &mut Vec<Effect>) {
-        let (hit, keep): (Vec<Waiter>, Vec<Waiter>) = self.waiters.drain(..).partition(|w| w.ticket == t.id);
+        let (hit, keep): (Vec<Waiter>, Vec<Waiter>) =
+            self.waiters.drain(..).partition(|w| w.ticket == t.id);
         self.waiters = keep;
         for w in hit {
-            fx.push(Effect::Wake { waiter: w.id, ticket: t.clone() });
+            fx.push(Effect::Wake {
+                waiter: w.id,
+                ticket: t.clone(),
+            });
         }
     }
 
@@ -436,7 +482,11 @@ mod tests {
         MemberName::new(s).unwrap()
     }
     fn member(name: &str, role: Role) -> Caller {
-        Caller::Member(MemberIdentity { name: n(name), role, slot: None })
+        Caller::Member(MemberIdentity {
+            name: n(name),
+            role,
+            slot: None,
+        })
     }
     fn lead() -> Party {
         Party::Member(n("lead"))
@@ -445,23 +495,42 @@ mod tests {
     #[test]
     fn reply_by_owner_wakes_waiter() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, fx) = d.open(TicketKind::Send, lead(), n("w1"), None, "do x\nmore", 1_000, 0);
+        let (t, fx) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "do x\nmore",
+            1_000,
+            0,
+        );
         assert_eq!(t.subject, "do x");
         assert!(matches!(&fx[..], [Effect::Save(_)]));
         assert_eq!(d.wait(t.id, 7, 500).unwrap(), None);
         // Someone else cannot reply.
-        let (e, _) = d.reply(&member("w2", Role::Worker), t.id, "x".into(), 10).unwrap_err();
+        let (e, _) = d
+            .reply(&member("w2", Role::Worker), t.id, "x".into(), 10)
+            .unwrap_err();
         assert_eq!(e.rule.as_deref(), Some("REPLY"));
-        let (e, _) = d.reply(&member("lead", Role::Primary), t.id, "x".into(), 10).unwrap_err();
+        let (e, _) = d
+            .reply(&member("lead", Role::Primary), t.id, "x".into(), 10)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Forbidden);
-        let (e, _) = d.reply(&Caller::NotMember { pid: None }, t.id, "x".into(), 10).unwrap_err();
+        let (e, _) = d
+            .reply(&Caller::NotMember { pid: None }, t.id, "x".into(), 10)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Forbidden);
-        let (t2, fx) = d.reply(&member("w1", Role::Worker), t.id, "done".into(), 20).unwrap();
+        let (t2, fx) = d
+            .reply(&member("w1", Role::Worker), t.id, "done".into(), 20)
+            .unwrap();
         assert_eq!(t2.state, TicketState::Replied);
         assert!(matches!(&fx[0], Effect::Save(_)));
         assert!(matches!(&fx[1], Effect::Wake { waiter: 7, .. }));
         // A second reply is refused.
-        assert!(d.reply(&member("w1", Role::Worker), t.id, "again".into(), 21).is_err());
+        assert!(
+            d.reply(&member("w1", Role::Worker), t.id, "again".into(), 21)
+                .is_err()
+        );
         assert_eq!(d.poll(&lead()).len(), 1);
         d.ack(&lead(), t.id, 30).unwrap();
         assert!(d.poll(&lead()).is_empty());
@@ -474,10 +543,19 @@ mod tests {
         assert!(d.tick(999).is_empty());
         let fx = d.tick(1_000);
         assert!(matches!(&fx[..], [Effect::Save(t)] if t.state == TicketState::Expired));
-        let (e, fx) = d.reply(&member("w1", Role::Worker), t.id, "late answer".into(), 1_500).unwrap_err();
+        let (e, fx) = d
+            .reply(
+                &member("w1", Role::Worker),
+                t.id,
+                "late answer".into(),
+                1_500,
+            )
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Late);
         assert!(e.why.contains("500 ms"), "{e}");
-        assert!(matches!(&fx[..], [Effect::Save(t)] if t.late.len() == 1 && t.late[0].text == "late answer"));
+        assert!(
+            matches!(&fx[..], [Effect::Save(t)] if t.late.len() == 1 && t.late[0].text == "late answer")
+        );
         assert_eq!(d.get(t.id).unwrap().late.len(), 1);
     }
 
@@ -487,11 +565,20 @@ mod tests {
         let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 1_000, 0);
         d.wait(t.id, 1, 900).unwrap();
         let fx = d.turn_ended(t.id, "last lines".into(), 10);
-        assert!(fx.iter().any(|e| matches!(e, Effect::Wake { waiter: 1, ticket } if ticket.state == TicketState::Tail)));
+        assert!(fx.iter().any(
+            |e| matches!(e, Effect::Wake { waiter: 1, ticket } if ticket.state == TicketState::Tail)
+        ));
         let got = d.get(t.id).unwrap();
-        assert!(got.note.as_deref().unwrap().contains("without a structured fleet_reply"));
+        assert!(
+            got.note
+                .as_deref()
+                .unwrap()
+                .contains("without a structured fleet_reply")
+        );
         // A reply that arrives afterwards still counts.
-        let (t2, _) = d.reply(&member("w1", Role::Worker), t.id, "real".into(), 20).unwrap();
+        let (t2, _) = d
+            .reply(&member("w1", Role::Worker), t.id, "real".into(), 20)
+            .unwrap();
         assert_eq!(t2.state, TicketState::Replied);
         assert_eq!(t2.tail.as_ref().unwrap().text, "last lines");
         // Turn end after a reply changes nothing.
@@ -501,20 +588,36 @@ mod tests {
     #[test]
     fn bounded_wait_expires_with_open_ticket() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(TicketKind::Ask, Party::Member(n("w1")), n("lead"), None, "q?", 10_000, 0);
+        let (t, _) = d.open(
+            TicketKind::Ask,
+            Party::Member(n("w1")),
+            n("lead"),
+            None,
+            "q?",
+            10_000,
+            0,
+        );
         d.wait(t.id, 3, 55).unwrap();
         assert_eq!(d.next_deadline(), Some(55));
         let fx = d.tick(55);
-        assert!(matches!(&fx[..], [Effect::WaitExpired { waiter: 3, ticket }] if ticket.state == TicketState::Open));
+        assert!(
+            matches!(&fx[..], [Effect::WaitExpired { waiter: 3, ticket }] if ticket.state == TicketState::Open)
+        );
     }
 
     #[test]
     fn ack_rules() {
         let mut d = Desk::new(vec![], 1, 100);
         let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 1_000, 0);
-        assert_eq!(d.ack(&lead(), t.id, 1).unwrap_err().kind, ErrorKind::Conflict);
+        assert_eq!(
+            d.ack(&lead(), t.id, 1).unwrap_err().kind,
+            ErrorKind::Conflict
+        );
         d.tick(2_000);
-        assert_eq!(d.ack(&Party::Operator, t.id, 1).unwrap_err().kind, ErrorKind::Forbidden);
+        assert_eq!(
+            d.ack(&Party::Operator, t.id, 1).unwrap_err().kind,
+            ErrorKind::Forbidden
+        );
         d.ack(&lead(), t.id, 1).unwrap();
     }
 

@@ -1,0 +1,737 @@
+//! The command line: `fleetd serve` runs the daemon; every other subcommand is a thin client of
+//! its REST API (found through `--state-dir` or `FLEETD_STATE_DIR`), printing readable tables
+//! for people and JSON (`--json`) for scripts.
+//!
+//! Owns argument parsing and presentation. Must never decide anything the daemon decides.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::client::{Client, ClientError};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fleetd",
+    version,
+    about = "Runs a fleet of AI coding agents as one team.",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// The daemon's state dir (its sockets, database and terminals live there).
+    #[arg(long, global = true, env = "FLEETD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Run the daemon.
+    Serve {
+        /// Config file (TOML); without it, the built-in default (`fleetd config default`).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run a command as a member (the operator's way to start the lead).
+    Spawn {
+        #[arg(long)]
+        role: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        slot: Option<String>,
+        #[arg(long)]
+        profile: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// The command; without it, the profile's.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// List members and architect slots.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Daemon status, or one member's.
+    Status {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a message to a member (it lands when the member is idle).
+    Send {
+        name: String,
+        #[arg(required = true)]
+        message: Vec<String>,
+        /// Wait (bounded) for the reply.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        wait_secs: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reply to a ticket (from inside the member it was sent to, e.g. an agent hook).
+    Reply {
+        ticket: String,
+        #[arg(required = true)]
+        message: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a member.
+    Stop {
+        name: String,
+        /// Let it work through its queue first.
+        #[arg(long)]
+        drain: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attach this terminal to a member's (keys in, screen out); Ctrl-] detaches.
+    Attach { name: String },
+    /// Print a member's screen.
+    Screen { name: String },
+    /// Tickets (all for the operator; for a member, its own), or one ticket.
+    Tickets {
+        id: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Your unacknowledged tickets (run inside a member, or as the operator).
+    Poll {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Acknowledge a resolved ticket.
+    Ack { ticket: String },
+    /// Follow the event stream (status changes, receipts, tickets, spawns).
+    Events {
+        /// Replay from after this sequence number (0 = everything the daemon still holds).
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Exit after this many events.
+        #[arg(long)]
+        count: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Config tools.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// Report this member's status from an agent hook (wins over screen rules).
+    Signal {
+        #[arg(value_parser = ["idle", "blocked", "working"])]
+        status: String,
+    },
+    /// The MCP server an agent's MCP config launches (stdio; forwards to the daemon).
+    Mcp {
+        /// Keep retrying the daemon this long when it is down (e.g. restarting).
+        #[arg(long, default_value_t = 30)]
+        reconnect_secs: u64,
+    },
+    /// A scripted terminal agent for the demo and tests.
+    SimAgent(crate::sim::SimArgs),
+    /// Run the demo: an embedded daemon, a lead, two workers.
+    Demo {
+        /// How long each sim worker "works".
+        #[arg(long, default_value_t = 400)]
+        work_ms: u64,
+        #[arg(long, default_value_t = 90)]
+        timeout_secs: u64,
+    },
+    /// Benchmarks against a baseline measured in the same run.
+    Bench(crate::bench::BenchArgs),
+    /// A bare rmcp echo server on stdio (the benchmark's baseline).
+    #[command(hide = true)]
+    EchoServer,
+    /// Holds one member's PTY (started by the daemon).
+    #[command(hide = true)]
+    PtyHost(crate::term::HostArgs),
+    /// Debug builds: make an actor panic (registry, tickets, slot:NAME, injector:NAME).
+    #[command(hide = true)]
+    Fault { target: String },
+    /// Reload the daemon's config file (same as SIGHUP).
+    Reload,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Print the built-in default config, commented.
+    Default,
+    /// Check a config file (or the default); fails on any problem.
+    Check { file: Option<PathBuf> },
+}
+
+fn state_dir(cli: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    cli.clone()
+        .context("no state dir: pass --state-dir DIR or set FLEETD_STATE_DIR")
+}
+
+fn client(cli: &Option<PathBuf>) -> anyhow::Result<Client> {
+    Ok(Client::new(&state_dir(cli)?))
+}
+
+/// An API refusal, printed as the daemon worded it.
+fn api(e: ClientError) -> anyhow::Error {
+    match e {
+        ClientError::Api(f) => anyhow::anyhow!("{f}"),
+        other => anyhow::anyhow!("{other}"),
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn ago(ms: Option<u64>) -> String {
+    let Some(ms) = ms else { return "-".into() };
+    let now = fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock);
+    let s = now.saturating_sub(ms) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        _ => format!("{}h", s / 3600),
+    }
+}
+
+/// Print rows as aligned columns.
+fn table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w[i]))
+            .collect();
+        println!("{}", s.join("  ").trim_end());
+    };
+    line(header.iter().map(|s| s.to_string()).collect());
+    for r in rows {
+        line(r);
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn print_members(v: &Value) {
+    let rows = v["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|m| {
+            vec![
+                s(&m["name"]),
+                s(&m["role"]),
+                s(&m["slot"]),
+                s(&m["status"]),
+                ago(m["status_since"].as_u64()),
+                s(&m["parent"]),
+                s(&m["pid"]),
+                s(&m["profile"]),
+                m["exit"]["reason"].as_str().unwrap_or("").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME", "ROLE", "SLOT", "STATUS", "FOR", "PARENT", "PID", "PROFILE", "EXIT",
+        ],
+        rows,
+    );
+    let slots: Vec<Vec<String>> = v["architect_slots"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|x| {
+            vec![
+                s(&x["slot"]),
+                s(&x["state"]),
+                s(&x["member"]),
+                s(&x["waiting"]),
+            ]
+        })
+        .collect();
+    if !slots.is_empty() {
+        println!();
+        table(&["SLOT", "STATE", "MEMBER", "WAITING"], slots);
+    }
+    if let Some(c) = v.get("coordinator") {
+        println!();
+        println!(
+            "coordinator {}: mailbox {} ({} held)",
+            s(&c["coord_id"]),
+            s(&c["mailbox"]["state"]),
+            s(&c["mailbox"]["held"])
+        );
+    }
+}
+
+fn print_tickets(v: &Value) {
+    let rows = v
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            let answer = t["reply"]["text"]
+                .as_str()
+                .or(t["tail"]["text"].as_str())
+                .or(t["note"].as_str())
+                .unwrap_or("");
+            vec![
+                s(&t["id"]),
+                s(&t["kind"]),
+                s(&t["from"]),
+                s(&t["to"]),
+                s(&t["state"]),
+                s(&t["receipt"]["state"]),
+                ago(t["created_at"].as_u64()),
+                fleetd_actors::types::truncate(
+                    &t["subject"].as_str().unwrap_or("").replace('\n', " "),
+                    30,
+                ),
+                fleetd_actors::types::truncate(&answer.replace('\n', " "), 50),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "TICKET", "KIND", "FROM", "TO", "STATE", "RECEIPT", "AGE", "SUBJECT", "ANSWER",
+        ],
+        rows,
+    );
+}
+
+fn describe_event(e: &fleetd_actors::events::Event) -> String {
+    use fleetd_actors::events::EventKind as K;
+    let body = match &e.kind {
+        K::Spawned {
+            member,
+            role,
+            parent,
+            pid,
+            ..
+        } => format!("spawned {member} ({role}) by {parent}, pid {pid:?}"),
+        K::Adopted { member, pid } => format!("re-adopted {member}, pid {pid:?}"),
+        K::Status {
+            member,
+            from,
+            to,
+            cause,
+            ..
+        } => format!("{member}: {from} -> {to} ({cause})"),
+        K::Exited { member, reason, .. } => format!("{member} exited: {reason}"),
+        K::Reaped { member, idle_ms } => format!("{member} reaped after {} s idle", idle_ms / 1000),
+        K::Receipt {
+            msg,
+            target,
+            state,
+            note,
+            ..
+        } => {
+            format!(
+                "{msg} to {target}: {state:?}{}",
+                note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+            )
+        }
+        K::Ticket {
+            ticket,
+            from,
+            to,
+            state,
+            ..
+        } => format!("{ticket} {from} -> {to}: {state:?}"),
+        K::Restarted {
+            child,
+            attempt,
+            reason,
+        } => format!("restarted {child} (attempt {attempt}): {reason}"),
+        K::Escalated { reason } => format!("ESCALATED: {reason}"),
+        K::ConfigReloaded { ok, detail } => format!(
+            "config reload {}: {detail}",
+            if *ok { "ok" } else { "refused" }
+        ),
+    };
+    format!(
+        "{:>6} {} {body}",
+        e.seq,
+        fleetd_actors::clock::rfc3339(e.at)
+    )
+}
+
+async fn attach(c: &Client, name: &str) -> anyhow::Result<()> {
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stdin = std::io::stdin();
+    anyhow::ensure!(
+        nix::unistd::isatty(&stdin).unwrap_or(false),
+        "attach needs a terminal on stdin"
+    );
+    let (rows, cols) = term_size().unwrap_or((40, 120));
+    let conn = c.attach(name, rows, cols).await.map_err(api)?;
+    let saved = tcgetattr(&stdin)?;
+    let mut raw = saved.clone();
+    cfmakeraw(&mut raw);
+    tcsetattr(&stdin, SetArg::TCSANOW, &raw)?;
+    eprint!("[attached to {name}; Ctrl-] detaches]\r\n");
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (key_tx, mut key_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        let mut stdin = std::io::stdin().lock();
+        while let Ok(n) = stdin.read(&mut buf) {
+            if n == 0 || key_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut stdout = tokio::io::stdout();
+    let why = loop {
+        tokio::select! {
+            n = rd.read(&mut buf) => match n {
+                Ok(0) | Err(_) => break "the member's terminal closed",
+                Ok(n) => { let _ = stdout.write_all(&buf[..n]).await; let _ = stdout.flush().await; }
+            },
+            k = key_rx.recv() => match k {
+                Some(k) => {
+                    if let Some(i) = k.iter().position(|&b| b == 0x1d) {
+                        let _ = wr.write_all(&k[..i]).await;
+                        break "detached";
+                    }
+                    if wr.write_all(&k).await.is_err() { break "the daemon closed the connection" }
+                }
+                None => break "end of input",
+            },
+        }
+    };
+    tcsetattr(&stdin, SetArg::TCSANOW, &saved)?;
+    eprintln!("\r\n[{why}; {name} keeps running]");
+    Ok(())
+}
+
+fn term_size() -> Option<(u16, u16)> {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own.
+    let r = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
+    (r == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+}
+
+/// Run a client subcommand.
+pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let sd = cli.state_dir.clone();
+    match cli.cmd {
+        Cmd::Spawn {
+            role,
+            name,
+            slot,
+            profile,
+            json,
+            command,
+        } => {
+            let cwd = std::env::current_dir()
+                .ok()
+                .map(|p| p.display().to_string());
+            let body = json!({"role": role, "name": name, "slot": slot, "profile": profile,
+                "command": if command.is_empty() { Value::Null } else { json!(command) }, "cwd": cwd});
+            let v: Value = client(&sd)?.post("/members", &body).await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                println!(
+                    "spawned {} ({}) pid {} charter sha256 {}",
+                    s(&v["name"]),
+                    s(&v["role"]),
+                    s(&v["pid"]),
+                    s(&v["charter_sha256"])
+                );
+            }
+        }
+        Cmd::List { json } => {
+            let v: Value = client(&sd)?.get("/members").await.map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                print_members(&v)
+            }
+        }
+        Cmd::Status { name, json } => {
+            let c = client(&sd)?;
+            match name {
+                Some(n) => {
+                    let v: Value = c.get(&format!("/members/{n}")).await.map_err(api)?;
+                    if json {
+                        print_json(&v);
+                    } else {
+                        println!(
+                            "{} ({}{})",
+                            s(&v["name"]),
+                            s(&v["role"]),
+                            v["slot"]
+                                .as_str()
+                                .map(|x| format!(", slot {x}"))
+                                .unwrap_or_default()
+                        );
+                        println!(
+                            "  status     {} for {}{}",
+                            s(&v["status"]),
+                            ago(v["status_since"].as_u64()),
+                            if v["slot_view"]["pinned_by_signal"] == true {
+                                " (by signal)"
+                            } else {
+                                ""
+                            }
+                        );
+                        println!("  parent     {}", s(&v["parent"]));
+                        println!("  pid        {}", s(&v["pid"]));
+                        println!("  profile    {}", s(&v["profile"]));
+                        println!("  charter    sha256 {}", s(&v["charter_sha256"]));
+                        println!(
+                            "  queue      {} waiting{}",
+                            v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
+                            if v["queue"]["stalled"] == true {
+                                ", held behind a stalled message"
+                            } else {
+                                ""
+                            }
+                        );
+                        println!(
+                            "  owes       {}",
+                            v["owes"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+                                .unwrap_or_default()
+                        );
+                        if let Some(r) = v["exit"]["reason"].as_str() {
+                            println!("  exit       {r}");
+                        }
+                    }
+                }
+                None => {
+                    let v: Value = c.get("/status").await.map_err(api)?;
+                    if json {
+                        print_json(&v);
+                    } else {
+                        println!(
+                            "fleetd {} on {} (pid {}), up {}",
+                            s(&v["version"]),
+                            s(&v["host"]),
+                            s(&v["pid"]),
+                            ago(v["started_at"].as_u64())
+                        );
+                        println!("  state dir  {}", s(&v["state_dir"]));
+                        println!(
+                            "  members    {}",
+                            v["members"]
+                                .as_object()
+                                .map(|m| m
+                                    .iter()
+                                    .map(|(k, n)| format!("{n} {k}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", "))
+                                .unwrap_or_default()
+                        );
+                        println!("  tickets    {} open", s(&v["open_tickets"]));
+                        let restarts: u64 = v["children"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
+                            .unwrap_or(0);
+                        println!(
+                            "  actors     {} supervised, {restarts} restarts",
+                            v["children"].as_array().map_or(0, |a| a.len())
+                        );
+                        if let Some(e) = v["escalation"].as_str() {
+                            println!("  ESCALATED  {e}");
+                        }
+                    }
+                }
+            }
+        }
+        Cmd::Send {
+            name,
+            message,
+            wait,
+            wait_secs,
+            json,
+        } => {
+            let body = json!({"message": message.join(" "), "wait": wait, "wait_secs": wait_secs});
+            let v: Value = client(&sd)?
+                .post(&format!("/members/{name}/messages"), &body)
+                .await
+                .map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                let t = &v["ticket"];
+                println!(
+                    "{} to {}: {} (receipt {})",
+                    s(&t["id"]),
+                    s(&t["to"]),
+                    s(&t["state"]),
+                    s(&t["receipt"]["state"])
+                );
+                if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
+                    println!("{r}");
+                }
+            }
+        }
+        Cmd::Reply {
+            ticket,
+            message,
+            json,
+        } => {
+            let v: Value = client(&sd)?
+                .post(
+                    &format!("/tickets/{ticket}/reply"),
+                    &json!({"message": message.join(" ")}),
+                )
+                .await
+                .map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                println!("replied to {}", s(&v["id"]))
+            }
+        }
+        Cmd::Stop { name, drain, json } => {
+            let c = client(&sd)?;
+            let path = if drain {
+                format!("/members/{name}?drain=true")
+            } else {
+                format!("/members/{name}")
+            };
+            let v: Value = c.delete(&path).await.map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                println!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
+            }
+        }
+        Cmd::Attach { name } => attach(&client(&sd)?, &name).await?,
+        Cmd::Screen { name } => {
+            let t = client(&sd)?
+                .get_text(&format!("/members/{name}/screen"))
+                .await
+                .map_err(api)?;
+            println!("{t}");
+        }
+        Cmd::Tickets { id, json } => {
+            let c = client(&sd)?;
+            match id {
+                Some(id) => {
+                    let v: Value = c.get(&format!("/tickets/{id}")).await.map_err(api)?;
+                    print_json(&v);
+                }
+                None => {
+                    let v: Value = c.get("/tickets").await.map_err(api)?;
+                    if json {
+                        print_json(&v)
+                    } else {
+                        print_tickets(&v)
+                    }
+                }
+            }
+        }
+        Cmd::Poll { json } => {
+            let v: Value = client(&sd)?.get("/poll").await.map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                print_tickets(&v)
+            }
+        }
+        Cmd::Ack { ticket } => {
+            let _: Value = client(&sd)?
+                .post(&format!("/tickets/{ticket}/ack"), &json!({}))
+                .await
+                .map_err(api)?;
+            println!("acknowledged {ticket}");
+        }
+        Cmd::Events { since, count, json } => {
+            let mut st = client(&sd)?.events(since).await.map_err(api)?;
+            let mut n = 0;
+            let mut out = std::io::stdout();
+            while let Some(e) = st.next().await {
+                let e = e.map_err(api)?;
+                if json {
+                    let _ = writeln!(out, "{}", serde_json::to_string(&e).unwrap_or_default());
+                } else {
+                    let _ = writeln!(out, "{}", describe_event(&e));
+                }
+                let _ = out.flush();
+                n += 1;
+                if count.is_some_and(|c| n >= c) {
+                    break;
+                }
+            }
+        }
+        Cmd::Signal { status } => {
+            let _: Value = client(&sd)?
+                .post("/signal", &json!({"status": status}))
+                .await
+                .map_err(api)?;
+        }
+        Cmd::Fault { target } => {
+            let _: Value = client(&sd)?
+                .post("/debug/fault", &json!({"target": target}))
+                .await
+                .map_err(api)?;
+            println!("fault injected into {target}");
+        }
+        Cmd::Reload => {
+            let v: Value = client(&sd)?
+                .post("/config/reload", &json!({}))
+                .await
+                .map_err(api)?;
+            println!("{}", s(&v["detail"]));
+        }
+        Cmd::Serve { .. }
+        | Cmd::Config { .. }
+        | Cmd::Mcp { .. }
+        | Cmd::SimAgent(_)
+        | Cmd::Demo { .. }
+        | Cmd::Bench(_)
+        | Cmd::EchoServer
+        | Cmd::PtyHost(_) => unreachable!("handled in main"),
+    }
+    Ok(())
+}
+
+/// `fleetd config check [FILE]`.
+pub fn config_check(file: Option<&Path>) -> anyhow::Result<()> {
+    crate::daemon::load_config(file)?;
+    println!(
+        "{}: ok",
+        file.map(|f| f.display().to_string())
+            .unwrap_or_else(|| "built-in default".into())
+    );
+    Ok(())
+}
+
+/// How long the shim keeps retrying a daemon that is down.
+pub fn reconnect(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}

@@ -1,0 +1,374 @@
+//! Daemon boot and shutdown: the state dir, the config, the store, the actor tree, the API
+//! actor (REST and MCP sockets), signals (SIGTERM/SIGINT graceful, SIGHUP reload) and the exit
+//! code (non-zero after an escalation or a shutdown that overran its deadline).
+//!
+//! Owns process-level lifecycle only. Must never hold product rules.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use fleetd_actors::clock::{Clock, SystemClock};
+use fleetd_actors::config::{Config, OnShutdown};
+use fleetd_actors::ctx::{Ctx, SharedCtx};
+use fleetd_actors::error::FleetError;
+use fleetd_actors::events::{EventBus, EventKind};
+use fleetd_actors::fleet::Fleet;
+use fleetd_actors::store::Store;
+use fleetd_actors::supervisor::actor::ChildSpec;
+use fleetd_actors::types::Caller;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+
+use crate::{mcp, rest, term};
+
+/// Where the daemon's sockets and files live inside its state dir.
+pub struct Layout {
+    pub state_dir: PathBuf,
+}
+
+impl Layout {
+    pub fn new(state_dir: &Path) -> Self {
+        Layout {
+            state_dir: state_dir.to_path_buf(),
+        }
+    }
+    pub fn api_socket(&self) -> PathBuf {
+        self.state_dir.join("api.sock")
+    }
+    pub fn mcp_socket(&self) -> PathBuf {
+        self.state_dir.join("mcp.sock")
+    }
+    pub fn db(&self) -> PathBuf {
+        self.state_dir.join("fleetd.redb")
+    }
+}
+
+/// Read and check a config file (or the built-in default).
+pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
+    let config = match path {
+        Some(p) => {
+            let meta =
+                std::fs::metadata(p).with_context(|| format!("config file {}", p.display()))?;
+            anyhow::ensure!(
+                meta.len() <= 1 << 20,
+                "config file {} is larger than 1 MiB",
+                p.display()
+            );
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("config file {}", p.display()))?;
+            Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+        }
+        None => Config::default(),
+    };
+    let tools = mcp::tool_names();
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    let problems = config.check(&tools);
+    anyhow::ensure!(
+        problems.is_empty(),
+        "the config has problems:\n  - {}",
+        problems.join("\n  - ")
+    );
+    Ok(config)
+}
+
+/// What the API actor needs to (re)bind its listeners.
+#[derive(Clone)]
+struct ApiArgs {
+    fleet: Fleet,
+    layout: Arc<Layout>,
+    reload: ReloadFn,
+}
+
+type ReloadFn =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<String, FleetError>> + Send + Sync>;
+
+/// The API as a supervised actor: it owns the REST and MCP listeners; stopping it stops
+/// accepting (first, at shutdown, being the last child started).
+struct ApiActor;
+
+struct ApiState {
+    token: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    layout: Arc<Layout>,
+}
+
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+impl Actor for ApiActor {
+    type Msg = ();
+    type State = ApiState;
+    type Arguments = ApiArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<()>,
+        a: ApiArgs,
+    ) -> Result<ApiState, ActorProcessingErr> {
+        let token = CancellationToken::new();
+        let config = a.fleet.ctx.config();
+        let tcp_token = match &config.api.token_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("api.token_file {f}: {e}"))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        };
+        let api = rest::Api {
+            fleet: a.fleet.clone(),
+            reload: a.reload.clone(),
+            shutdown: token.clone(),
+            token: tcp_token,
+        };
+        let app = rest::router(api, config.limits.max_request_bytes);
+        let mut tasks = vec![];
+        let rest_l = bind_private(&a.layout.api_socket())
+            .map_err(|e| format!("{}: {e}", a.layout.api_socket().display()))?;
+        let (app1, t1) = (app.clone(), token.clone());
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = rest::serve_unix(rest_l, app1, t1).await {
+                tracing::error!(error = %e, "REST server stopped");
+            }
+        }));
+        if let Some(addr) = &config.api.tcp {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("api.tcp {addr}: {e}"))?;
+            let t2 = token.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = rest::serve_tcp(l, app, t2).await {
+                    tracing::error!(error = %e, "REST TCP server stopped");
+                }
+            }));
+        }
+        let mcp_l = bind_private(&a.layout.mcp_socket())
+            .map_err(|e| format!("{}: {e}", a.layout.mcp_socket().display()))?;
+        let (f, t3) = (a.fleet.clone(), token.clone());
+        let max = config.limits.mailbox;
+        tasks.push(tokio::spawn(
+            async move { mcp::serve(mcp_l, f, t3, max).await },
+        ));
+        tracing::info!(rest = %a.layout.api_socket().display(), mcp = %a.layout.mcp_socket().display(), tcp = ?config.api.tcp, "listening");
+        Ok(ApiState {
+            token,
+            tasks,
+            layout: a.layout,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<()>,
+        st: &mut ApiState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.token.cancel();
+        for t in st.tasks.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(3), t)
+                .await
+                .is_err()
+            {
+                tracing::warn!("an API listener did not stop within 3 s");
+            }
+        }
+        let _ = std::fs::remove_file(st.layout.api_socket());
+        let _ = std::fs::remove_file(st.layout.mcp_socket());
+        Ok(())
+    }
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub fleet: Fleet,
+    pub layout: Arc<Layout>,
+    join: tokio::task::JoinHandle<()>,
+    config_path: Option<PathBuf>,
+    gc: tokio::task::JoinHandle<()>,
+}
+
+/// Reload the config file into the running fleet; returns a short description.
+async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, FleetError> {
+    let Some(path) = path else {
+        return Ok("no config file (running on the built-in default); nothing to reload".into());
+    };
+    match load_config(Some(path)) {
+        Ok(c) => {
+            fleet.reload(c).await;
+            let detail = format!("reloaded {}", path.display());
+            tracing::info!(%detail, "config reloaded");
+            fleet.ctx.events.emit(EventKind::ConfigReloaded {
+                ok: true,
+                detail: detail.clone(),
+            });
+            Ok(detail)
+        }
+        Err(e) => {
+            let detail = format!("{e:#}");
+            tracing::error!(%detail, "config reload refused; keeping the running config");
+            fleet.ctx.events.emit(EventKind::ConfigReloaded {
+                ok: false,
+                detail: detail.clone(),
+            });
+            Err(FleetError::invalid(
+                "config reload",
+                detail,
+                "a config that passes `fleetd config check`",
+            ))
+        }
+    }
+}
+
+impl Daemon {
+    /// Boot a daemon on `state_dir`.
+    pub async fn start(
+        state_dir: &Path,
+        config_path: Option<PathBuf>,
+        fleetd_exe: PathBuf,
+    ) -> anyhow::Result<Daemon> {
+        std::fs::create_dir_all(state_dir)
+            .with_context(|| format!("state dir {}", state_dir.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        let state_dir = std::fs::canonicalize(state_dir)?;
+        let layout = Arc::new(Layout::new(&state_dir));
+        let config = load_config(config_path.as_deref())?;
+        let store = Store::open(&layout.db()).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}. Is another `fleetd serve` running with --state-dir {}?",
+                state_dir.display()
+            )
+        })?;
+        let last_msg = store.last_msg_id()?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let events = Arc::new(EventBus::new(clock.clone(), 4096));
+        let backend = Arc::new(term::HostBackend::new(&state_dir, fleetd_exe.clone())?);
+        let ctx: SharedCtx = Arc::new(Ctx::new(
+            store,
+            events,
+            clock,
+            config,
+            backend,
+            state_dir.clone(),
+            fleetd_exe,
+            last_msg,
+        ));
+        let (fleet, join) = Fleet::boot(ctx.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (f2, p2) = (fleet.clone(), config_path.clone());
+        let reload: ReloadFn = Arc::new(move || {
+            let (f, p) = (f2.clone(), p2.clone());
+            Box::pin(async move { reload_config(&f, p.as_deref()).await })
+        });
+        let args = ApiArgs {
+            fleet: fleet.clone(),
+            layout: layout.clone(),
+            reload,
+        };
+        fleet
+            .start_child(ChildSpec {
+                id: "api".into(),
+                kind: "api",
+                start: Arc::new(move |sup| {
+                    let a = args.clone();
+                    Box::pin(async move {
+                        let (r, _) = Actor::spawn_linked(None, ApiActor, a, sup)
+                            .await
+                            .map_err(|e| FleetError::internal("API start", e.to_string()))?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Settled receipts beyond retention are trimmed now and then.
+        let c2 = ctx.clone();
+        let gc = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(300));
+            loop {
+                every.tick().await;
+                let keep = c2.config().tickets.retention;
+                if let Err(e) = c2.store.run(move |s| s.trim_messages(keep)).await {
+                    tracing::warn!(error = %e, "could not trim old receipts");
+                }
+            }
+        });
+        tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
+        Ok(Daemon {
+            fleet,
+            layout,
+            join,
+            config_path,
+            gc,
+        })
+    }
+
+    pub async fn reload(&self) -> Result<String, FleetError> {
+        reload_config(&self.fleet, self.config_path.as_deref()).await
+    }
+
+    /// Graceful shutdown: stop accepting, stop children in reverse start order within the
+    /// deadline (stopping members first if `on_shutdown = "stop"`). Returns the exit code.
+    pub async fn shutdown(self) -> i32 {
+        let config = self.fleet.ctx.config();
+        let deadline = Duration::from_secs(config.daemon.shutdown_deadline_secs.max(1));
+        let started = tokio::time::Instant::now();
+        if config.daemon.on_shutdown == OnShutdown::Stop {
+            let names = self.fleet.live_members().await.unwrap_or_default();
+            let stops = names.iter().map(|n| {
+                let f = self.fleet.clone();
+                let n = n.to_string();
+                async move { f.stop(&Caller::Operator, &n, false).await }
+            });
+            let _ = tokio::time::timeout(deadline / 2, futures::future::join_all(stops)).await;
+        }
+        let remaining = deadline
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(1));
+        let hung = self.fleet.shutdown(remaining).await;
+        self.gc.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.join).await;
+        if hung.is_empty() {
+            tracing::info!("fleetd stopped cleanly");
+            0
+        } else {
+            tracing::error!(?hung, "shutdown overran its deadline; these were killed");
+            1
+        }
+    }
+
+    /// Serve until a signal; returns the process exit code.
+    pub async fn run_until_signalled(mut self) -> anyhow::Result<i32> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+                _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+                _ = hup.recv() => { let _ = self.reload().await; }
+                _ = &mut self.join => {
+                    let why = self.fleet.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let why = why.unwrap_or_else(|| "the supervisor stopped".into());
+                    tracing::error!(reason = %why, "escalation: fleetd exits non-zero so its service manager restarts it");
+                    eprintln!("fleetd: escalated: {why}");
+                    self.gc.abort();
+                    return Ok(2);
+                }
+            }
+        }
+        Ok(self.shutdown().await)
+    }
+}

@@ -1,0 +1,207 @@
+//! `fleetd demo`: an embedded daemon on the default config in a temporary state dir; the
+//! operator spawns a lead, hands it a brief with two tasks; the lead spawns two workers, hands
+//! each a task through its terminal, collects their replies and answers the operator. Prints a
+//! short readable account with timings, cleans up, exits 0.
+//!
+//! Owns the narration only; everything it shows goes through the real daemon (REST socket,
+//! PTYs, MCP shim, injector, tickets).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use fleetd_actors::events::{Event, EventKind};
+use fleetd_actors::injector::state::ReceiptState;
+use fleetd_actors::tickets::state::TicketState;
+use fleetd_actors::types::{Party, TicketId};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::daemon::Daemon;
+
+const BRIEF: &str = "Plan the work below: one worker per task, collect the answers, report back.\n\
+task: sum: 3 4 5 6 7\n\
+task: count words: the quick brown fox jumps over the lazy dog";
+
+struct Narrator {
+    t0: Instant,
+    tickets: BTreeMap<TicketId, (Party, String)>,
+    marks: BTreeMap<&'static str, f64>,
+}
+
+impl Narrator {
+    fn at(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn say(&self, s: &str) {
+        println!("  +{:>6.3}s  {s}", self.at());
+    }
+
+    fn mark(&mut self, what: &'static str) {
+        let t = self.at();
+        self.marks.entry(what).or_insert(t);
+    }
+
+    fn event(&mut self, e: &Event) {
+        match &e.kind {
+            EventKind::Spawned {
+                member,
+                role,
+                parent,
+                ..
+            } => {
+                self.say(&format!("spawned {member} ({role}), by {parent}"));
+                if member.as_str().starts_with("worker") {
+                    self.mark("workers spawned");
+                }
+            }
+            EventKind::Status { member, to, .. }
+                if to.as_str() == "idle" && member.as_str() == "lead" =>
+            {
+                self.mark("lead ready");
+            }
+            EventKind::Receipt {
+                msg,
+                target,
+                from,
+                state,
+                ticket,
+                ..
+            } => {
+                let what = match state {
+                    ReceiptState::Delivered => "pasted into the terminal of",
+                    ReceiptState::Accepted => "taken up by",
+                    ReceiptState::Stalled => "STALLED at",
+                    ReceiptState::Failed => "FAILED for",
+                    ReceiptState::Queued => "queued for",
+                };
+                let t = ticket.map(|t| format!(" ({t})")).unwrap_or_default();
+                self.say(&format!("{msg}{t} from {from} {what} {target}"));
+                if *state == ReceiptState::Delivered && target.as_str() == "lead" {
+                    self.mark("brief delivered");
+                }
+            }
+            EventKind::Ticket {
+                ticket,
+                from,
+                to,
+                state,
+                ..
+            } if *state != TicketState::Open && !self.tickets.contains_key(ticket) => {
+                self.say(&format!("{to} answered {ticket} for {from} ({state:?})"));
+                self.tickets.insert(*ticket, (from.clone(), to.to_string()));
+            }
+            EventKind::Exited { member, reason, .. } => {
+                self.say(&format!("{member} exited: {reason}"))
+            }
+            EventKind::Restarted { child, reason, .. } => {
+                self.say(&format!("supervisor restarted {child}: {reason}"))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Run the demo; returns an error (and a non-zero exit) if the fleet did not finish.
+pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new()
+        .prefix("fleetd-demo-")
+        .tempdir()
+        .context("temporary state dir")?;
+    let exe = std::env::current_exe()?;
+    println!(
+        "fleetd demo: a lead and two workers, all sim agents, in {}",
+        dir.path().display()
+    );
+    let daemon = Daemon::start(dir.path(), None, exe.clone()).await?;
+    let (_, mut events) = daemon.fleet.ctx.events.subscribe(0);
+    let client = Client::new(&daemon.layout.state_dir);
+    let mut n = Narrator {
+        t0: Instant::now(),
+        tickets: BTreeMap::new(),
+        marks: BTreeMap::new(),
+    };
+    let result = async {
+        let _: Value = client
+            .post(
+                "/members",
+                &json!({"role": "primary", "name": "lead",
+                    "command": [exe.display().to_string(), "sim-agent", "--script", "lead", "--work-ms", work_ms.to_string()]}),
+            )
+            .await?;
+        let sent: Value = client.post("/members/lead/messages", &json!({"message": BRIEF})).await?;
+        let brief: TicketId = sent["ticket"]["id"].as_str().unwrap_or("").parse()?;
+        n.say(&format!("operator sent the brief to lead as {brief}"));
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let e = tokio::time::timeout_at(deadline, events.recv())
+                .await
+                .map_err(|_| anyhow::anyhow!("the fleet did not finish within {} s", timeout.as_secs()))?;
+            let Ok(e) = e else { continue };
+            n.event(&e);
+            if let EventKind::Ticket { ticket, state, .. } = &e.kind
+                && *ticket == brief
+                && *state != TicketState::Open
+            {
+                break;
+            }
+        }
+        n.mark("brief answered");
+        let t: Value = client.get(&format!("/tickets/{brief}")).await?;
+        let answer = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()).unwrap_or("(none)").to_string();
+        let tickets: Value = client.get("/tickets").await?;
+        anyhow::Ok((answer, tickets))
+    }
+    .await;
+    // Stop whatever is still running, then the daemon.
+    let members: Value = client.get("/members").await.unwrap_or(Value::Null);
+    for m in members["members"].as_array().cloned().unwrap_or_default() {
+        if m["status"] != "exited"
+            && let Some(name) = m["name"].as_str()
+        {
+            let _: Result<Value, _> = client.delete(&format!("/members/{name}")).await;
+        }
+    }
+    while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
+        n.event(&e);
+    }
+    let code = daemon.shutdown().await;
+    let (answer, tickets) = result?;
+    println!();
+    println!("The lead's answer to the operator:\n  {answer}");
+    println!();
+    println!("Tickets:");
+    for t in tickets.as_array().cloned().unwrap_or_default() {
+        println!(
+            "  {:<5} {:<9} -> {:<9} {:<8} {}",
+            t["id"].as_str().unwrap_or(""),
+            t["from"].as_str().unwrap_or(""),
+            t["to"].as_str().unwrap_or(""),
+            t["state"].as_str().unwrap_or(""),
+            t["reply"]["text"].as_str().unwrap_or("")
+        );
+    }
+    println!();
+    let m = |k: &str| {
+        n.marks
+            .get(k)
+            .map(|v| format!("{v:.2} s"))
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "Timings: lead ready {}, brief delivered {}, workers spawned {}, brief answered {} (total {:.2} s).",
+        m("lead ready"),
+        m("brief delivered"),
+        m("workers spawned"),
+        m("brief answered"),
+        n.at()
+    );
+    anyhow::ensure!(code == 0, "the daemon did not shut down cleanly");
+    anyhow::ensure!(
+        answer.contains("sum of 5 numbers = 25") && answer.contains("9 words"),
+        "unexpected answer: {answer}"
+    );
+    println!("demo ok");
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! fleetd: runs a fleet of AI coding agents as one team. The binary's pieces, as a library so
+//! the integration tests and benchmarks can use the same client and codec.
+//!
+//! Map: `daemon` boots the actor tree (crate `fleetd-actors`) and serves `rest` (operator API)
+//! and `mcp` (the agents' tools); `term` runs each member's PTY in a small host process;
+//! `identity` resolves callers from the process tree; `cli` and `client` are the operator's
+//! side; `sim` is the scripted agent of the demo and the tests. See docs/ARCHITECTURE.md.
+
+pub mod bench;
+pub mod cli;
+pub mod client;
+pub mod codec;
+pub mod daemon;
+pub mod demo;
+pub mod identity;
+pub mod mcp;
+pub mod rest;
+pub mod sim;
+pub mod term;

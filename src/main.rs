@@ -1,0 +1,100 @@
+//! The `fleetd` binary: parses the command line and runs the daemon, the shim, the sim agent,
+//! the demo, or a client subcommand.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use fleetd::cli::{Cli, Cmd, ConfigCmd};
+use tracing_subscriber::EnvFilter;
+
+/// Logs go to stderr (stdout carries MCP for `fleetd mcp`). `RUST_LOG` overrides the default;
+/// rmcp's own logs are off by default because it reports every agent disconnect as an error
+/// (`RUST_LOG=info,rmcp=debug` shows them).
+fn init_tracing(default: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},rmcp=off")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: anyhow::Result<i32> = (|| match cli.cmd {
+        Cmd::PtyHost(args) => fleetd::term::run_host(args).map(|_| 0),
+        Cmd::SimAgent(args) => fleetd::sim::run(args).map(|_| 0),
+        Cmd::Config {
+            cmd: ConfigCmd::Default,
+        } => {
+            print!("{}", fleetd_actors::config::DEFAULT_CONFIG_TOML);
+            Ok(0)
+        }
+        Cmd::Config {
+            cmd: ConfigCmd::Check { file },
+        } => fleetd::cli::config_check(file.as_deref()).map(|_| 0),
+        Cmd::Mcp { reconnect_secs } => {
+            init_tracing("warn");
+            let sd = cli.state_dir.clone().ok_or_else(|| {
+                anyhow::anyhow!("no state dir: pass --state-dir DIR or set FLEETD_STATE_DIR")
+            })?;
+            runtime()?.block_on(fleetd::mcp::run_shim(
+                sd.join("mcp.sock"),
+                fleetd::cli::reconnect(reconnect_secs),
+            ))?;
+            Ok(0)
+        }
+        Cmd::EchoServer => {
+            runtime()?.block_on(fleetd::bench::run_echo_server())?;
+            Ok(0)
+        }
+        Cmd::Serve { ref config } => {
+            init_tracing("info");
+            let sd = cli.state_dir.clone().ok_or_else(|| {
+                anyhow::anyhow!("fleetd serve needs --state-dir DIR (or FLEETD_STATE_DIR)")
+            })?;
+            let exe = std::env::current_exe()?;
+            let config = config.clone();
+            runtime()?.block_on(async move {
+                let d = fleetd::daemon::Daemon::start(&sd, config, exe).await?;
+                d.run_until_signalled().await
+            })
+        }
+        Cmd::Demo {
+            work_ms,
+            timeout_secs,
+        } => {
+            init_tracing("warn");
+            runtime()?.block_on(fleetd::demo::run(
+                work_ms,
+                std::time::Duration::from_secs(timeout_secs),
+            ))?;
+            Ok(0)
+        }
+        Cmd::Bench(args) => {
+            init_tracing("warn");
+            runtime()?.block_on(fleetd::bench::run(args))?;
+            Ok(0)
+        }
+        _ => {
+            init_tracing("warn");
+            runtime()?.block_on(fleetd::cli::run_client(cli))?;
+            Ok(0)
+        }
+    })();
+    match result {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code.clamp(1, 255) as u8),
+        Err(e) => {
+            eprintln!("fleetd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

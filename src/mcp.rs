@@ -1,0 +1,529 @@
+//! MCP: the fleet tools (an rmcp server the daemon runs per connection on `mcp.sock`) and the
+//! `fleetd mcp` shim an agent's MCP config launches (an rmcp stdio server that forwards every
+//! call to the daemon with an rmcp client, and reconnects when the daemon restarts).
+//!
+//! Owns the tool surface: names, JSON schemas, descriptions, and how results and refusals look
+//! (structured content plus readable text). Every byte of MCP goes through rmcp, for both
+//! protocol eras (2025-11-25 with `initialize`, 2026-07-28 with `server/discover`). Must never
+//! take identity from a tool's arguments: the caller is resolved from the socket's peer pid.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetd_actors::error::FleetError;
+use fleetd_actors::fleet::{Fleet, SpawnRequest};
+use fleetd_actors::types::Caller;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{
+    ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt, tool, tool_handler,
+    tool_router,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::identity;
+
+const INSTRUCTIONS: &str = "fleetd fleet tools. Your identity comes from the terminal you run in (fleet_whoami). \
+The lead (primary) spawns and stops members and sends them work; workers answer each message with fleet_reply \
+on the ticket named in the message header, and may fleet_ask their lead. Use wait:false for fleet_send and \
+collect answers with fleet_poll / fleet_ack.";
+
+/// A result: readable text (a summary line, then the JSON) and the same JSON as structured
+/// content. Structured content is always a JSON object, as MCP requires.
+fn text_and_json<T: Serialize>(summary: String, v: &T) -> CallToolResult {
+    let json = match serde_json::to_value(v).unwrap_or(serde_json::Value::Null) {
+        o @ serde_json::Value::Object(_) => o,
+        other => serde_json::json!({ "result": other }),
+    };
+    let mut r = CallToolResult::structured(json.clone());
+    r.content = vec![ContentBlock::text(format!(
+        "{summary}\n\n{}",
+        serde_json::to_string_pretty(&json).unwrap_or_default()
+    ))];
+    r
+}
+
+fn refusal(e: FleetError) -> CallToolResult {
+    let json = serde_json::json!({ "error": e });
+    let mut r = CallToolResult::structured_error(json);
+    r.content = vec![ContentBlock::text(e.to_string())];
+    r
+}
+
+fn done<T: Serialize>(
+    res: Result<T, FleetError>,
+    summary: impl FnOnce(&T) -> String,
+) -> Result<CallToolResult, McpError> {
+    Ok(match res {
+        Ok(v) => text_and_json(summary(&v), &v),
+        Err(e) => refusal(e),
+    })
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnArgs {
+    /// primary, architect or worker.
+    pub role: String,
+    /// The new member's name: 1-32 of A-Z a-z 0-9 . _ -.
+    pub name: String,
+    /// For an architect: the configured architect slot to bind (e.g. opus, sol).
+    pub slot: Option<String>,
+    /// The agent profile (e.g. sim, claude, codex); defaults to the slot's or `sim`.
+    pub profile: Option<String>,
+    /// The command to run instead of the profile's, as an argv list.
+    pub command: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendArgs {
+    /// The member to send to.
+    pub to: String,
+    /// The message; it lands in the target's terminal when it is idle, with a ticket header.
+    pub message: String,
+    /// Wait (bounded) for the reply instead of returning the ticket at once. Default false.
+    #[serde(default)]
+    pub wait: bool,
+    /// With wait: at most this many seconds (capped by tickets.send_wait_max_seconds).
+    pub wait_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyArgs {
+    /// The ticket from the header of the message you are answering, e.g. t-12.
+    pub ticket: String,
+    /// Your answer.
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskArgs {
+    /// The question for your lead.
+    pub question: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckArgs {
+    /// A ticket fleet_poll returned, once you have read its answer.
+    pub ticket: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {
+    /// A member to describe; without it, the daemon.
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopArgs {
+    /// The member to stop.
+    pub name: String,
+    /// First let it work through its queued messages and finish its turn.
+    #[serde(default)]
+    pub drain: bool,
+}
+
+/// The fleet tools, for one MCP connection whose peer is `pid`.
+#[derive(Clone)]
+pub struct FleetTools {
+    fleet: Fleet,
+    pid: Option<u32>,
+    tool_router: ToolRouter<FleetTools>,
+}
+
+#[tool_router]
+impl FleetTools {
+    pub fn new(fleet: Fleet, pid: Option<u32>) -> Self {
+        FleetTools {
+            fleet,
+            pid,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The caller, resolved from the connection at every call (never from arguments).
+    fn caller(&self) -> Caller {
+        identity::mcp_caller(&self.fleet.ctx, self.pid)
+    }
+
+    #[tool(
+        description = "Who am I? Your member name, role and slot as the daemon resolves them from your terminal's process tree; says so if you are not a member."
+    )]
+    async fn fleet_whoami(&self) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let w = self.fleet.whoami(&c).await;
+        Ok(text_and_json(w.note.clone(), &w))
+    }
+
+    #[tool(
+        description = "Spawn a member in its own terminal (primary only). Architects bind a configured slot; a busy slot queues the spawn (bounded wait)."
+    )]
+    async fn fleet_spawn(
+        &self,
+        Parameters(a): Parameters<SpawnArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let cwd = self.pid.and_then(identity::cwd_of);
+        let r = self
+            .fleet
+            .spawn(
+                &c,
+                SpawnRequest {
+                    role: a.role,
+                    name: a.name,
+                    slot: a.slot,
+                    profile: a.profile,
+                    command: a.command,
+                    cwd,
+                },
+            )
+            .await;
+        done(r, |m| {
+            format!("spawned `{}` as {} (pid {:?})", m.name, m.role, m.pid)
+        })
+    }
+
+    #[tool(
+        description = "Send a message to a member (primary or architect). It is queued durably and pasted into the target's terminal when it is idle, one per turn, in order. Returns a ticket; the answer comes back through fleet_poll."
+    )]
+    async fn fleet_send(
+        &self,
+        Parameters(a): Parameters<SendArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self
+            .fleet
+            .send(&c, &a.to, a.message, a.wait, a.wait_secs)
+            .await;
+        done(r, |s| {
+            format!(
+                "{} to `{}` is {:?}; receipt {:?}",
+                s.ticket.ticket.id,
+                s.ticket.ticket.to,
+                s.ticket.ticket.state,
+                s.ticket.receipt.as_ref().map(|r| r.state)
+            )
+        })
+    }
+
+    #[tool(
+        description = "Answer the ticket of a message you received (only the member the ticket was sent to may). Replies after the ticket's TTL are refused and kept as late."
+    )]
+    async fn fleet_reply(
+        &self,
+        Parameters(a): Parameters<ReplyArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self.fleet.reply(&c, &a.ticket, a.message).await;
+        done(r, |t| format!("replied to {}", t.ticket.id))
+    }
+
+    #[tool(
+        description = "Ask your lead a question and wait (bounded, ~55 s) for the answer. If none comes in time you get the ticket to poll later."
+    )]
+    async fn fleet_ask(
+        &self,
+        Parameters(a): Parameters<AskArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self.fleet.ask(&c, a.question).await;
+        done(r, |a| a.note.clone())
+    }
+
+    #[tool(
+        description = "Your tickets (the ones you opened) that you have not acknowledged, with their answers and delivery receipts."
+    )]
+    async fn fleet_poll(&self) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self
+            .fleet
+            .poll(&c)
+            .await
+            .map(|tickets| serde_json::json!({ "tickets": tickets }));
+        done(r, |v| {
+            let all = v["tickets"].as_array().map(|a| a.len()).unwrap_or(0);
+            let open = v["tickets"]
+                .as_array()
+                .map(|a| a.iter().filter(|t| t["state"] == "open").count())
+                .unwrap_or(0);
+            format!("{all} tickets, {} resolved", all - open)
+        })
+    }
+
+    #[tool(description = "Acknowledge a resolved ticket so fleet_poll stops returning it.")]
+    async fn fleet_ack(
+        &self,
+        Parameters(a): Parameters<AckArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self
+            .fleet
+            .ack(&c, &a.ticket)
+            .await
+            .map(|_| serde_json::json!({"acked": a.ticket}));
+        done(r, |_| "acknowledged".into())
+    }
+
+    #[tool(
+        description = "The fleet: every member with role, slot, status and lineage, and the architect slots. The lead also gets this daemon's coordinator row."
+    )]
+    async fn fleet_list(&self) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self.fleet.list(&c).await;
+        done(r, |l| format!("{} members on {}", l.members.len(), l.host))
+    }
+
+    #[tool(
+        description = "Status of the daemon, or of one member (status, queue, tickets it owes)."
+    )]
+    async fn fleet_status(
+        &self,
+        Parameters(a): Parameters<StatusArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        match a.name {
+            Some(n) => done(self.fleet.member_status(&c, &n).await, |d| {
+                format!("`{}` is {}", d.member.name, d.member.status)
+            }),
+            None => done(self.fleet.daemon_status(&c).await, |s| {
+                format!("fleetd {} on {}", s.version, s.host)
+            }),
+        }
+    }
+
+    #[tool(
+        description = "Stop a member (primary only); with drain, after it has worked through its queue."
+    )]
+    async fn fleet_stop(
+        &self,
+        Parameters(a): Parameters<StopArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let r = self.fleet.stop(&c, &a.name, a.drain).await;
+        done(r, |m| format!("`{}` stopped", m.name))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for FleetTools {
+    fn get_info(&self) -> ServerConfig {
+        server_config()
+    }
+}
+
+fn server_config() -> ServerConfig {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        .with_server_info(Implementation::new("fleetd", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+}
+
+/// The names of the tools the server registers.
+pub fn tool_names() -> Vec<String> {
+    FleetTools::tool_router()
+        .list_all()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect()
+}
+
+/// Serve MCP on `listener` until `shutdown`: one rmcp session per connection, identified by its
+/// peer pid. At most `max_conns` sessions at once.
+pub async fn serve(
+    listener: UnixListener,
+    fleet: Fleet,
+    shutdown: CancellationToken,
+    max_conns: usize,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_conns.max(1)));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.cancelled() => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                "MCP connection refused: {max_conns} sessions are open (limits.mailbox)"
+            );
+            continue;
+        };
+        let pid = stream
+            .peer_cred()
+            .ok()
+            .and_then(|c| c.pid())
+            .map(|p| p as u32);
+        let tools = FleetTools::new(fleet.clone(), pid);
+        let stop = shutdown.clone();
+        tokio::spawn(
+            async move {
+                let _permit = permit;
+                match tools.serve(stream).await {
+                    Ok(svc) => {
+                        let ct = svc.cancellation_token();
+                        tokio::select! {
+                            _ = svc.waiting() => {}
+                            _ = stop.cancelled() => ct.cancel(),
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "MCP session ended during start-up"),
+                }
+            }
+            .instrument(tracing::info_span!("mcp", pid = ?pid)),
+        );
+    }
+}
+
+// ---- the shim ------------------------------------------------------------------------
+
+/// `fleetd mcp`: MCP on stdio, forwarded to the daemon's `mcp.sock`.
+pub struct Shim {
+    socket: PathBuf,
+    reconnect_for: Duration,
+    upstream: Mutex<Option<RunningService<RoleClient, ()>>>,
+}
+
+/// Tools that change nothing: safe to retry after a connection drop.
+const READ_ONLY: &[&str] = &["fleet_whoami", "fleet_list", "fleet_status", "fleet_poll"];
+
+impl Shim {
+    pub fn new(socket: PathBuf, reconnect_for: Duration) -> Self {
+        Shim {
+            socket,
+            reconnect_for,
+            upstream: Mutex::new(None),
+        }
+    }
+
+    /// The live upstream session, reconnecting with backoff (bounded) if the daemon went away.
+    async fn upstream(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        let mut g = self.upstream.lock().await;
+        if let Some(s) = g.as_ref()
+            && !s.is_closed()
+        {
+            return Ok(s.peer().clone());
+        }
+        *g = None;
+        let deadline = tokio::time::Instant::now() + self.reconnect_for;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let attempt = async {
+                let stream = UnixStream::connect(&self.socket)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ().serve(stream).await.map_err(|e| e.to_string())
+            };
+            match attempt.await {
+                Ok(svc) => {
+                    let peer = svc.peer().clone();
+                    *g = Some(svc);
+                    return Ok(peer);
+                }
+                Err(e) => {
+                    if tokio::time::Instant::now() + backoff > deadline {
+                        return Err(McpError::internal_error(
+                            format!(
+                                "the fleetd daemon is not reachable at {} ({e}); retried for {} s. Is `fleetd serve` running with this state dir?",
+                                self.socket.display(),
+                                self.reconnect_for.as_secs()
+                            ),
+                            None,
+                        ));
+                    }
+                    tracing::debug!(error = %e, ?backoff, "daemon not reachable; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    async fn reset(&self) {
+        *self.upstream.lock().await = None;
+    }
+}
+
+impl ServerHandler for Shim {
+    fn get_info(&self) -> ServerConfig {
+        server_config()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        for attempt in 0..2 {
+            let up = self.upstream().await?;
+            match up.list_tools(request.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) if attempt == 0 => {
+                    tracing::info!(error = %e, "daemon connection lost; reconnecting");
+                    self.reset().await;
+                }
+                Err(e) => {
+                    return Err(McpError::internal_error(
+                        format!("tools/list via the daemon failed: {e}"),
+                        None,
+                    ));
+                }
+            }
+        }
+        Err(McpError::internal_error("unreachable", None))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        for attempt in 0..2 {
+            let up = self.upstream().await?;
+            match up.call_tool_once(request.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(rmcp::ServiceError::McpError(e)) => return Err(e),
+                Err(e) => {
+                    self.reset().await;
+                    let sent = !matches!(e, rmcp::ServiceError::TransportSend(_));
+                    if attempt == 0 && (!sent || READ_ONLY.contains(&name.as_str())) {
+                        tracing::info!(error = %e, tool = %name, "daemon connection lost; reconnecting and retrying");
+                        continue;
+                    }
+                    return Err(McpError::internal_error(
+                        format!(
+                            "the connection to the fleetd daemon broke during {name} ({e}); it may or may not have taken effect. \
+                             fleet_poll and fleet_list show the current state; the next call reconnects."
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+        Err(McpError::internal_error("unreachable", None))
+    }
+}
+
+/// Run the shim on stdio until the agent closes it.
+pub async fn run_shim(socket: PathBuf, reconnect_for: Duration) -> anyhow::Result<()> {
+    let shim = Shim::new(socket, reconnect_for);
+    let svc = shim.serve(rmcp::transport::stdio()).await?;
+    svc.waiting().await?;
+    Ok(())
+}

@@ -1,0 +1,621 @@
+//! The operator's REST API (axum): on the state dir's Unix socket, and optionally on a loopback
+//! TCP port guarded by a bearer token. The CLI is a client of it. `docs/REST.md` documents
+//! every route.
+//!
+//! Owns HTTP: routes, status codes, the SSE event stream, the attach upgrade. Every request
+//! resolves its caller from the connection (SO_PEERCRED and the process tree on the Unix socket;
+//! the operator on the token-checked TCP port) and passes it to [`Fleet`]. Must never make an
+//! Authz decision itself.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::{Json, Router};
+use fleetd_actors::error::{ErrorKind, FleetError};
+use fleetd_actors::fleet::{Fleet, SpawnRequest};
+use fleetd_actors::types::Caller;
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::identity;
+
+/// The upgrade token of the attach route.
+pub const ATTACH_PROTOCOL: &str = "fleetd-attach";
+
+/// Who is on the other end of a connection.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub pid: Option<u32>,
+    pub tcp: bool,
+}
+
+impl Connected<IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        let pid = stream
+            .io()
+            .peer_cred()
+            .ok()
+            .and_then(|c| c.pid())
+            .map(|p| p as u32);
+        Peer { pid, tcp: false }
+    }
+}
+
+impl Connected<IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(_stream: IncomingStream<'_, TcpListener>) -> Self {
+        Peer {
+            pid: None,
+            tcp: true,
+        }
+    }
+}
+
+/// Shared state of the HTTP handlers.
+#[derive(Clone)]
+pub struct Api {
+    pub fleet: Fleet,
+    /// Reloads the config file (SIGHUP does the same).
+    pub reload: Arc<
+        dyn Fn() -> futures::future::BoxFuture<'static, Result<String, FleetError>> + Send + Sync,
+    >,
+    pub shutdown: CancellationToken,
+    pub token: Option<String>,
+}
+
+impl Api {
+    fn caller(&self, peer: &Peer) -> Caller {
+        if peer.tcp {
+            Caller::Operator
+        } else {
+            identity::rest_caller(&self.fleet.ctx, peer.pid)
+        }
+    }
+}
+
+/// A refusal as an HTTP response: the status from its kind, the body `{"error": {...}}`.
+pub struct ApiError(pub FleetError);
+
+impl From<FleetError> for ApiError {
+    fn from(e: FleetError) -> Self {
+        ApiError(e)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: FleetError,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.0.kind.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, Json(ErrorBody { error: self.0 })).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+fn body<T>(r: Result<Json<T>, JsonRejection>, what: &str, accepted: &str) -> Result<T, ApiError> {
+    r.map(|Json(v)| v)
+        .map_err(|e| ApiError(FleetError::invalid(what, e.body_text(), accepted)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpawnBody {
+    role: String,
+    name: String,
+    slot: Option<String>,
+    profile: Option<String>,
+    command: Option<Vec<String>>,
+    cwd: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendBody {
+    message: String,
+    #[serde(default)]
+    wait: bool,
+    wait_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplyBody {
+    message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalBody {
+    status: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputBody {
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultBody {
+    target: String,
+}
+
+#[derive(Deserialize, Default)]
+struct StopQuery {
+    #[serde(default)]
+    drain: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct SinceQuery {
+    since: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct AttachQuery {
+    rows: Option<u16>,
+    cols: Option<u16>,
+}
+
+/// Build the router.
+pub fn router(api: Api, max_body: usize) -> Router {
+    let r = Router::new()
+        .route("/status", get(status))
+        .route("/whoami", get(whoami))
+        .route("/members", get(list).post(spawn))
+        .route("/members/{name}", get(member).delete(stop))
+        .route("/members/{name}/messages", post(send))
+        .route("/members/{name}/screen", get(screen))
+        .route("/members/{name}/input", post(input))
+        .route("/members/{name}/attach", get(attach))
+        .route("/tickets", get(tickets))
+        .route("/tickets/{id}", get(ticket))
+        .route("/tickets/{id}/reply", post(reply))
+        .route("/tickets/{id}/ack", post(ack))
+        .route("/poll", get(poll))
+        .route("/messages/{id}", get(message))
+        .route("/signal", post(signal))
+        .route("/events", get(events))
+        .route("/config/reload", post(reload));
+    let r = if cfg!(debug_assertions) {
+        r.route("/debug/fault", post(fault))
+    } else {
+        r
+    };
+    r.layer(middleware::from_fn_with_state(api.clone(), guard))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(api)
+}
+
+/// Bearer-token check for TCP connections, and a tracing span around every request.
+async fn guard(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let span = tracing::info_span!("rest", method = %req.method(), path = %req.uri().path(), pid = ?peer.pid, tcp = peer.tcp);
+    if peer.tcp {
+        let ok = match (
+            &api.token,
+            req.headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok()),
+        ) {
+            (Some(t), Some(h)) => h
+                .strip_prefix("Bearer ")
+                .is_some_and(|given| constant_time_eq(given.as_bytes(), t.as_bytes())),
+            _ => false,
+        };
+        if !ok {
+            return ApiError(FleetError::new(
+                ErrorKind::Forbidden,
+                "a request on the TCP port",
+                "it has no valid bearer token",
+                "an `Authorization: Bearer <token>` header with the token from api.token_file",
+            ))
+            .into_response();
+        }
+    }
+    next.run(req).instrument(span).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn status(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    let s = api.fleet.daemon_status(&c).await?;
+    Ok(Json(serde_json::to_value(s).unwrap_or_default()))
+}
+
+async fn whoami(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.whoami(&c).await).unwrap_or_default(),
+    ))
+}
+
+async fn list(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.list(&c).await?).unwrap_or_default(),
+    ))
+}
+
+async fn spawn(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    b: Result<Json<SpawnBody>, JsonRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let b = body(
+        b,
+        "spawn request",
+        "{role, name, slot?, profile?, command?: [argv], cwd?}",
+    )?;
+    let c = api.caller(&peer);
+    let cwd = b.cwd.or_else(|| peer.pid.and_then(identity::cwd_of));
+    let m = api
+        .fleet
+        .spawn(
+            &c,
+            SpawnRequest {
+                role: b.role,
+                name: b.name,
+                slot: b.slot,
+                profile: b.profile,
+                command: b.command,
+                cwd,
+            },
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::to_value(m).unwrap_or_default()),
+    ))
+}
+
+async fn member(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.member_status(&c, &name).await?).unwrap_or_default(),
+    ))
+}
+
+async fn stop(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    Query(q): Query<StopQuery>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    let drain = q.drain;
+    Ok(Json(
+        serde_json::to_value(api.fleet.stop(&c, &name, drain).await?).unwrap_or_default(),
+    ))
+}
+
+async fn send(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    b: Result<Json<SendBody>, JsonRejection>,
+) -> ApiResult<serde_json::Value> {
+    let b = body(b, "send request", "{message, wait?: bool, wait_secs?: N}")?;
+    let c = api.caller(&peer);
+    let r = api
+        .fleet
+        .send(&c, &name, b.message, b.wait, b.wait_secs)
+        .await?;
+    Ok(Json(serde_json::to_value(r).unwrap_or_default()))
+}
+
+async fn screen(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+) -> Result<String, ApiError> {
+    let c = api.caller(&peer);
+    if !matches!(c, Caller::Operator) {
+        return Err(ApiError(
+            FleetError::new(
+                ErrorKind::Forbidden,
+                "screen",
+                format!("{} is not the operator", c.describe()),
+                "the operator",
+            )
+            .with_rule("ATTACH"),
+        ));
+    }
+    let d = api.fleet.member_status(&c, &name).await?;
+    Ok(d.slot_view.map(|v| v.screen).unwrap_or_default())
+}
+
+async fn input(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    b: Result<Json<InputBody>, JsonRejection>,
+) -> ApiResult<serde_json::Value> {
+    let b = body(b, "input request", "{text}")?;
+    let c = api.caller(&peer);
+    api.fleet.input(&c, &name, b.text.into_bytes()).await?;
+    Ok(Json(serde_json::json!({"ok": true})))
+}
+
+async fn tickets(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.tickets(&c).await?).unwrap_or_default(),
+    ))
+}
+
+async fn ticket(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.ticket(&c, &id).await?).unwrap_or_default(),
+    ))
+}
+
+async fn reply(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+    b: Result<Json<ReplyBody>, JsonRejection>,
+) -> ApiResult<serde_json::Value> {
+    let b = body(b, "reply request", "{message}")?;
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.reply(&c, &id, b.message).await?).unwrap_or_default(),
+    ))
+}
+
+async fn ack(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    api.fleet.ack(&c, &id).await?;
+    Ok(Json(serde_json::json!({"acked": id})))
+}
+
+async fn poll(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.poll(&c).await?).unwrap_or_default(),
+    ))
+}
+
+async fn message(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.message(&c, &id).await?).unwrap_or_default(),
+    ))
+}
+
+async fn signal(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    b: Result<Json<SignalBody>, JsonRejection>,
+) -> ApiResult<serde_json::Value> {
+    let b = body(b, "signal request", "{status: idle|blocked|working}")?;
+    let c = api.caller(&peer);
+    api.fleet.signal(&c, &b.status).await?;
+    Ok(Json(serde_json::json!({"ok": true})))
+}
+
+async fn reload(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    if !matches!(c, Caller::Operator) {
+        return Err(ApiError(FleetError::new(
+            ErrorKind::Forbidden,
+            "config reload",
+            format!("{} is not the operator", c.describe()),
+            "the operator",
+        )));
+    }
+    let detail = (api.reload)().await?;
+    Ok(Json(
+        serde_json::json!({"reloaded": true, "detail": detail}),
+    ))
+}
+
+async fn fault(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    b: Result<Json<FaultBody>, JsonRejection>,
+) -> ApiResult<serde_json::Value> {
+    let b = body(
+        b,
+        "fault request",
+        "{target: registry|tickets|slot:NAME|injector:NAME}",
+    )?;
+    let c = api.caller(&peer);
+    api.fleet.inject_fault(&c, &b.target).await?;
+    Ok(Json(serde_json::json!({"injected": b.target})))
+}
+
+/// `GET /events?since=N`: an SSE stream of every event after sequence N (replayed from the
+/// daemon's ring of recent events), then live. Ends when the daemon shuts down.
+async fn events(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Query(q): Query<SinceQuery>,
+) -> Result<impl IntoResponse, ApiError> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "event stream")?;
+    let since = q
+        .since
+        .or_else(|| {
+            headers
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| s.parse().ok())
+        })
+        .unwrap_or(0);
+    let (past, rx) = api.fleet.ctx.events.subscribe(since);
+    let to_sse = |e: &fleetd_actors::events::Event| {
+        SseEvent::default()
+            .id(e.seq.to_string())
+            .data(serde_json::to_string(e).unwrap_or_default())
+    };
+    let past = futures::stream::iter(past.iter().map(to_sse).collect::<Vec<_>>());
+    let live = tokio_stream::wrappers::BroadcastStream::new(rx).map(move |r| match r {
+        Ok(e) => to_sse(&e),
+        Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
+            SseEvent::default()
+                .event("lagged")
+                .data(format!("{{\"type\":\"lagged\",\"missed\":{n}}}"))
+        }
+    });
+    let stream = past
+        .chain(live)
+        .map(Ok::<_, Infallible>)
+        .take_until(api.shutdown.clone().cancelled_owned());
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// `GET /members/{name}/attach` with `Upgrade: fleetd-attach`: after the 101, the connection
+/// carries the terminal: the current screen, then its output; bytes sent are keys.
+async fn attach(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    Query(q): Query<AttachQuery>,
+    mut req: Request,
+) -> Result<Response, ApiError> {
+    let c = api.caller(&peer);
+    let wants_upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(ATTACH_PROTOCOL));
+    if !wants_upgrade {
+        return Err(ApiError(FleetError::invalid(
+            "attach",
+            "the request does not ask for the attach upgrade",
+            format!(
+                "`Connection: Upgrade` and `Upgrade: {ATTACH_PROTOCOL}` (use `fleetd attach NAME`)"
+            ),
+        )));
+    }
+    let (snapshot, mut rx) = api.fleet.attach(&c, &name).await?;
+    if let AttachQuery {
+        rows: Some(r),
+        cols: Some(cl),
+    } = q
+    {
+        api.fleet.resize(&c, &name, r, cl).await?;
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let fleet = api.fleet.clone();
+    let shutdown = api.shutdown.clone();
+    tokio::spawn(
+        async move {
+            let Ok(upgraded) = on_upgrade.await else { return };
+            let io = TokioIo::new(upgraded);
+            let (mut rd, mut wr) = tokio::io::split(io);
+            if wr.write_all(&snapshot).await.is_err() {
+                return;
+            }
+            let mut buf = vec![0u8; 4096];
+            loop {
+                tokio::select! {
+                    out = rx.recv() => match out {
+                        Ok(bytes) => if wr.write_all(&bytes).await.is_err() { break },
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => break,
+                    },
+                    n = rd.read(&mut buf) => match n {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => if fleet.input(&c, &name, buf[..n].to_vec()).await.is_err() { break },
+                    },
+                    _ = shutdown.cancelled() => break,
+                }
+            }
+            let _ = wr.shutdown().await;
+        }
+        .instrument(tracing::info_span!("attach")),
+    );
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    resp.headers_mut()
+        .insert(header::UPGRADE, HeaderValue::from_static(ATTACH_PROTOCOL));
+    Ok(resp)
+}
+
+/// Serve the router on a Unix socket until `shutdown`.
+pub async fn serve_unix(
+    listener: UnixListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+/// Serve the router on a TCP listener until `shutdown`.
+pub async fn serve_tcp(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}

@@ -1,0 +1,584 @@
+//! Terminals: a small per-member PTY host process, and the daemon's backend that talks to it.
+//!
+//! Each member's command runs in a PTY (portable-pty) held by `fleetd pty-host`, a tiny process
+//! the member's slot actor launches and addresses over a Unix socket in the state dir. The host
+//! keeps a vt100 model of the screen, so a daemon that restarts (or a slot actor that is
+//! restarted by its supervisor) re-adopts the running agent with its screen intact instead of
+//! killing it. The host records the program's exit in a file so a daemon that was down when the
+//! program ended still learns how it ended. Owns PTYs, process groups and that socket protocol;
+//! must never interpret what an agent prints (the slot core does).
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::num::NonZeroU16;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use fleetd_actors::error::FleetError;
+use fleetd_actors::term::{BoxFut, LaunchSpec, TermBackend, TermEvent, TermHandle, TermInput};
+use fleetd_actors::types::MemberName;
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::codec::{self, MAX_FRAME};
+
+/// Host -> daemon.
+#[derive(Debug, Serialize, Deserialize)]
+enum HostMsg {
+    Hello {
+        pid: u32,
+        host_pid: u32,
+        rows: u16,
+        cols: u16,
+        snapshot: Vec<u8>,
+    },
+    Output(Vec<u8>),
+    Exited {
+        code: Option<i32>,
+        signal: Option<String>,
+    },
+}
+
+/// Daemon -> host.
+#[derive(Debug, Serialize, Deserialize)]
+enum DaemonMsg {
+    Input(Vec<u8>),
+    Resize { rows: u16, cols: u16 },
+    Terminate { grace_ms: u64 },
+    Detach,
+}
+
+/// What the exit file records.
+#[derive(Debug, Serialize, Deserialize)]
+struct ExitRecord {
+    code: Option<i32>,
+    signal: Option<String>,
+}
+
+/// Paths of one member terminal's files.
+fn paths(term_dir: &Path, name: &MemberName, generation: u64) -> (PathBuf, PathBuf, PathBuf) {
+    let base = format!("{name}.{generation}");
+    (
+        term_dir.join(format!("{base}.sock")),
+        term_dir.join(format!("{base}.exit")),
+        term_dir.join(format!("{base}.log")),
+    )
+}
+
+/// Longest Unix socket path Linux accepts.
+const SUN_PATH_MAX: usize = 107;
+
+// ---- the host process ----------------------------------------------------------------
+
+/// Arguments of `fleetd pty-host`.
+#[derive(Debug, clap::Args)]
+pub struct HostArgs {
+    #[arg(long)]
+    pub socket: PathBuf,
+    #[arg(long)]
+    pub exit_file: PathBuf,
+    #[arg(long, default_value_t = 40)]
+    pub rows: u16,
+    #[arg(long, default_value_t = 120)]
+    pub cols: u16,
+    #[arg(long)]
+    pub cwd: Option<PathBuf>,
+    /// Variables to remove from the program's environment.
+    #[arg(long = "unset")]
+    pub unset: Vec<String>,
+    #[arg(last = true, required = true)]
+    pub argv: Vec<String>,
+}
+
+fn nz(v: u16) -> NonZeroU16 {
+    NonZeroU16::new(v).unwrap_or(NonZeroU16::MIN)
+}
+
+/// Run the PTY host until its program exits. Prints `ready PID` on stdout once the socket is
+/// bound and the program runs.
+pub fn run_host(args: HostArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(host_main(args))
+}
+
+enum HostEvent {
+    Output(Vec<u8>),
+    Eof,
+}
+
+async fn host_main(args: HostArgs) -> anyhow::Result<()> {
+    let _ = std::fs::remove_file(&args.socket);
+    let listener = UnixListener::bind(&args.socket)?;
+    let pty = native_pty_system();
+    let pair = pty
+        .openpty(PtySize {
+            rows: args.rows,
+            cols: args.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .map_err(|e| anyhow::anyhow!("openpty: {e}"))?;
+    let mut cmd = CommandBuilder::from_argv(args.argv.iter().map(Into::into).collect());
+    for k in &args.unset {
+        cmd.env_remove(k);
+    }
+    if let Some(d) = &args.cwd {
+        cmd.cwd(d);
+    }
+    let mut child = pair
+        .slave
+        .spawn_command(cmd)
+        .map_err(|e| anyhow::anyhow!("spawn {:?}: {e}", args.argv))?;
+    drop(pair.slave);
+    let pid = child.process_id().unwrap_or(0);
+    let master = pair.master;
+    let mut reader = master
+        .try_clone_reader()
+        .map_err(|e| anyhow::anyhow!("pty reader: {e}"))?;
+    let mut writer = master
+        .take_writer()
+        .map_err(|e| anyhow::anyhow!("pty writer: {e}"))?;
+
+    // Reader thread: PTY output -> main loop (bounded).
+    let (out_tx, mut out_rx) = mpsc::channel::<HostEvent>(64);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = out_tx.blocking_send(HostEvent::Eof);
+                    break;
+                }
+                Ok(n) => {
+                    if out_tx
+                        .blocking_send(HostEvent::Output(buf[..n].to_vec()))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    // Writer thread: input -> PTY (PTY writes may block while the program is not reading).
+    let (in_tx, in_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(256);
+    std::thread::spawn(move || {
+        while let Ok(b) = in_rx.recv() {
+            if writer.write_all(&b).and_then(|_| writer.flush()).is_err() {
+                break;
+            }
+        }
+    });
+    // Waiter thread: the program's exit.
+    let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<ExitRecord>();
+    std::thread::spawn(move || {
+        let rec = match child.wait() {
+            Ok(st) => match st.signal() {
+                Some(sig) => ExitRecord {
+                    code: None,
+                    signal: Some(sig.to_string()),
+                },
+                None => ExitRecord {
+                    code: Some(st.exit_code() as i32),
+                    signal: None,
+                },
+            },
+            Err(_) => ExitRecord {
+                code: None,
+                signal: None,
+            },
+        };
+        let _ = exit_tx.send(rec);
+    });
+
+    println!("ready {pid}");
+    // stdout is a pipe to the daemon that launched us; it is done with it now.
+    let _ = std::io::stdout().flush();
+    if let Ok(devnull) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: dup2 onto our own stdout fd with a valid open fd.
+        unsafe { libc::dup2(devnull.as_raw_fd(), 1) };
+    }
+
+    let mut parser = vt100::Parser::new(nz(args.rows), nz(args.cols), 0);
+    let mut conn: Option<(
+        tokio::net::unix::OwnedReadHalf,
+        tokio::net::unix::OwnedWriteHalf,
+    )> = None;
+    let mut exit: Option<ExitRecord> = None;
+    let mut eof = false;
+    let mut term_deadline: Option<tokio::time::Instant> = None;
+    let host_pid = std::process::id();
+
+    loop {
+        // After the program exits, give its output a moment to drain, then finish.
+        if let Some(rec) = &exit
+            && eof
+        {
+            let _ = write_exit_file(&args.exit_file, rec);
+            if let Some((_, w)) = conn.as_mut() {
+                let _ = codec::write_frame(
+                    w,
+                    &HostMsg::Exited {
+                        code: rec.code,
+                        signal: rec.signal.clone(),
+                    },
+                )
+                .await;
+            }
+            let _ = std::fs::remove_file(&args.socket);
+            return Ok(());
+        }
+        let drain_timer = async {
+            if exit.is_some() {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let kill_timer = async {
+            match term_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let read_conn = async {
+            match conn.as_mut() {
+                Some((r, _)) => codec::read_frame::<_, DaemonMsg>(r, MAX_FRAME).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = out_rx.recv(), if !eof => match ev {
+                Some(HostEvent::Output(b)) => {
+                    parser.process(&b);
+                    if let Some((_, w)) = conn.as_mut()
+                        && codec::write_frame(w, &HostMsg::Output(b)).await.is_err()
+                    {
+                        conn = None;
+                    }
+                }
+                Some(HostEvent::Eof) | None => eof = true,
+            },
+            rec = &mut exit_rx, if exit.is_none() => {
+                exit = Some(rec.unwrap_or(ExitRecord { code: None, signal: None }));
+            }
+            _ = drain_timer => eof = true,
+            _ = kill_timer => {
+                term_deadline = None;
+                if pid > 0 {
+                    // SAFETY: signalling our own child's process group.
+                    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                }
+            }
+            acc = listener.accept() => {
+                if let Ok((stream, _)) = acc {
+                    let (r, mut w) = stream.into_split();
+                    let (rows, cols) = parser.screen().size();
+                    let hello = HostMsg::Hello {
+                        pid,
+                        host_pid,
+                        rows: rows.get(),
+                        cols: cols.get(),
+                        snapshot: parser.screen().state_formatted().into_bytes(),
+                    };
+                    if codec::write_frame(&mut w, &hello).await.is_ok() {
+                        // A new daemon connection replaces the old one.
+                        conn = Some((r, w));
+                    }
+                }
+            }
+            msg = read_conn => match msg {
+                Ok(Some(DaemonMsg::Input(b))) => {
+                    if in_tx.try_send(b).is_err() {
+                        eprintln!("pty-host: input dropped: the program is not reading its input");
+                    }
+                }
+                Ok(Some(DaemonMsg::Resize { rows, cols })) => {
+                    let _ = master.resize(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 });
+                    parser.screen_mut().set_size(nz(rows), nz(cols));
+                }
+                Ok(Some(DaemonMsg::Terminate { grace_ms })) => {
+                    if pid > 0 {
+                        // SAFETY: signalling our own child's process group.
+                        unsafe {
+                            libc::kill(-(pid as i32), libc::SIGHUP);
+                            libc::kill(-(pid as i32), libc::SIGTERM);
+                        }
+                    }
+                    term_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(grace_ms));
+                }
+                Ok(Some(DaemonMsg::Detach)) | Ok(None) | Err(_) => conn = None,
+            },
+        }
+    }
+}
+
+fn write_exit_file(path: &Path, rec: &ExitRecord) -> std::io::Result<()> {
+    let json = serde_json::to_vec(rec).unwrap_or_default();
+    fleetd_actors::fleet::write_private(path, &json)
+}
+
+// ---- the daemon's side ---------------------------------------------------------------
+
+/// The daemon's terminal backend: launches `fleetd pty-host` processes and talks to them.
+pub struct HostBackend {
+    term_dir: PathBuf,
+    fleetd_exe: PathBuf,
+}
+
+impl HostBackend {
+    pub fn new(state_dir: &Path, fleetd_exe: PathBuf) -> std::io::Result<Self> {
+        let term_dir = state_dir.join("term");
+        std::fs::create_dir_all(&term_dir)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&term_dir, std::fs::Permissions::from_mode(0o700))?;
+        Ok(HostBackend {
+            term_dir,
+            fleetd_exe,
+        })
+    }
+
+    async fn launch_inner(&self, spec: LaunchSpec) -> Result<TermHandle, FleetError> {
+        let what = format!("terminal for `{}`", spec.name);
+        let (sock, exit, log) = paths(&self.term_dir, &spec.name, spec.generation);
+        if sock.as_os_str().len() > SUN_PATH_MAX {
+            return Err(FleetError::invalid(
+                what,
+                format!(
+                    "the socket path {} is longer than Unix sockets allow ({SUN_PATH_MAX} bytes)",
+                    sock.display()
+                ),
+                "a shorter --state-dir",
+            ));
+        }
+        let _ = std::fs::remove_file(&exit);
+        let logf = std::fs::File::create(&log)
+            .map_err(|e| FleetError::internal(what.clone(), format!("log file: {e}")))?;
+        let mut cmd = tokio::process::Command::new(&self.fleetd_exe);
+        cmd.arg("pty-host")
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--exit-file")
+            .arg(&exit)
+            .arg("--rows")
+            .arg(spec.rows.to_string())
+            .arg("--cols")
+            .arg(spec.cols.to_string())
+            .arg("--unset")
+            .arg("RUST_LOG_STYLE");
+        if let Some(cwd) = &spec.cwd {
+            cmd.arg("--cwd").arg(cwd);
+        }
+        cmd.arg("--").args(&spec.argv);
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(logf));
+        // SAFETY: setsid is async-signal-safe; the host gets its own session so signals sent to
+        // the daemon's process group (a Ctrl-C in its terminal) do not reach the agents.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            FleetError::internal(what.clone(), format!("could not start the PTY host: {e}"))
+        })?;
+        let stdout = child.stdout.take();
+        // Reap the host when it ends (the daemon is its parent until the daemon restarts).
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let ready = async {
+            let mut lines = tokio::io::BufReader::new(stdout?).lines();
+            lines.next_line().await.ok().flatten()
+        };
+        match tokio::time::timeout(Duration::from_secs(10), ready).await {
+            Ok(Some(line)) if line.starts_with("ready ") => {}
+            other => {
+                let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(FleetError::invalid(
+                    what,
+                    format!(
+                        "the command {:?} did not start: {}",
+                        spec.argv,
+                        match other {
+                            Err(_) => "the PTY host did not report ready within 10 s".to_string(),
+                            _ => log_text
+                                .trim()
+                                .lines()
+                                .last()
+                                .unwrap_or("the PTY host exited")
+                                .to_string(),
+                        }
+                    ),
+                    "a command that exists and can run (check PATH and the profile's command)",
+                ));
+            }
+        }
+        self.connect_inner(&spec.name, spec.generation, false).await
+    }
+
+    async fn connect_inner(
+        &self,
+        name: &MemberName,
+        generation: u64,
+        adopt: bool,
+    ) -> Result<TermHandle, FleetError> {
+        let what = format!("terminal of `{name}`");
+        let (sock, _, _) = paths(&self.term_dir, name, generation);
+        let stream = UnixStream::connect(&sock).await.map_err(|e| {
+            FleetError::not_found(
+                what.clone(),
+                format!("its PTY host at {} is not answering: {e}", sock.display()),
+                "a live member",
+            )
+        })?;
+        let (mut r, mut w) = stream.into_split();
+        let hello = tokio::time::timeout(
+            Duration::from_secs(5),
+            codec::read_frame::<_, HostMsg>(&mut r, MAX_FRAME),
+        )
+        .await
+        .map_err(|_| {
+            FleetError::timeout(
+                what.clone(),
+                "its PTY host did not greet within 5 s",
+                "a retry",
+            )
+        })?
+        .map_err(|e| FleetError::internal(what.clone(), e.to_string()))?;
+        let Some(HostMsg::Hello {
+            pid,
+            host_pid,
+            snapshot,
+            ..
+        }) = hello
+        else {
+            return Err(FleetError::internal(what, "the PTY host did not say hello"));
+        };
+        let (ev_tx, ev_rx) = mpsc::channel::<TermEvent>(64);
+        let (in_tx, mut in_rx) = mpsc::channel::<TermInput>(256);
+        tokio::spawn(async move {
+            loop {
+                match codec::read_frame::<_, HostMsg>(&mut r, MAX_FRAME).await {
+                    Ok(Some(HostMsg::Output(b))) => {
+                        if ev_tx.send(TermEvent::Output(b)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Some(HostMsg::Exited { code, signal })) => {
+                        let _ = ev_tx.send(TermEvent::Exited { code, signal }).await;
+                        break;
+                    }
+                    Ok(Some(HostMsg::Hello { .. })) => {}
+                    Ok(None) => {
+                        let _ = ev_tx
+                            .send(TermEvent::Lost("the PTY host closed the connection".into()))
+                            .await;
+                        break;
+                    }
+                    Err(e) => {
+                        let _ = ev_tx.send(TermEvent::Lost(e.to_string())).await;
+                        break;
+                    }
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(m) = in_rx.recv().await {
+                let frame = match m {
+                    TermInput::Bytes(b) => DaemonMsg::Input(b),
+                    TermInput::Resize { rows, cols } => DaemonMsg::Resize { rows, cols },
+                    TermInput::Terminate { grace_ms } => DaemonMsg::Terminate { grace_ms },
+                    TermInput::Detach => {
+                        let _ = codec::write_frame(&mut w, &DaemonMsg::Detach).await;
+                        break;
+                    }
+                };
+                if codec::write_frame(&mut w, &frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(TermHandle {
+            pid,
+            host_pid: Some(host_pid),
+            snapshot: if adopt { snapshot } else { vec![] },
+            input: in_tx,
+            events: ev_rx,
+        })
+    }
+}
+
+impl TermBackend for HostBackend {
+    fn launch(&self, spec: LaunchSpec) -> BoxFut<'_, Result<TermHandle, FleetError>> {
+        Box::pin(self.launch_inner(spec))
+    }
+
+    fn connect(
+        &self,
+        name: &MemberName,
+        generation: u64,
+    ) -> BoxFut<'_, Result<TermHandle, FleetError>> {
+        let name = name.clone();
+        Box::pin(async move { self.connect_inner(&name, generation, true).await })
+    }
+
+    fn recorded_exit(
+        &self,
+        name: &MemberName,
+        generation: u64,
+    ) -> Option<(Option<i32>, Option<String>)> {
+        let (_, exit, _) = paths(&self.term_dir, name, generation);
+        let bytes = std::fs::read(exit).ok()?;
+        let rec: ExitRecord = serde_json::from_slice(&bytes).ok()?;
+        Some((rec.code, rec.signal))
+    }
+
+    fn sweep(&self, live: &[(MemberName, u64)]) {
+        let keep: HashSet<String> = live.iter().map(|(n, g)| format!("{n}.{g}")).collect();
+        let Ok(rd) = std::fs::read_dir(&self.term_dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Some(file) = p.file_name().and_then(|f| f.to_str()) else {
+                continue;
+            };
+            let Some((base, ext)) = file.rsplit_once('.') else {
+                continue;
+            };
+            if keep.contains(base) {
+                continue;
+            }
+            if ext == "sock" {
+                // A host nobody owns (a spawn that crashed before it was recorded): stop it.
+                if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&p) {
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    if let Ok(frame) = codec::encode(&DaemonMsg::Terminate { grace_ms: 500 }) {
+                        let mut buf = (frame.len() as u32).to_be_bytes().to_vec();
+                        buf.extend_from_slice(&frame);
+                        let _ = s.write_all(&buf);
+                    }
+                    tracing::warn!(socket = %p.display(), "stopped an orphaned PTY host");
+                } else {
+                    let _ = std::fs::remove_file(&p);
+                }
+            } else if ext == "exit" || ext == "log" {
+                // The member's exit is recorded in the store; its terminal's files can go.
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+}
