@@ -186,6 +186,28 @@ impl Actor for ApiActor {
     }
 }
 
+/// Tell a service manager (systemd `Type=notify`, or a test) how the daemon is doing, through
+/// the datagram socket named by `NOTIFY_SOCKET` (the sd_notify protocol). No-op without it.
+pub fn notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let bytes = path.as_encoded_bytes();
+    let r = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), std::path::Path::new(&path))
+    };
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
 /// A running daemon.
 pub struct Daemon {
     pub fleet: Fleet,
@@ -280,6 +302,7 @@ impl Daemon {
             .start_child(ChildSpec {
                 id: "api".into(),
                 kind: "api",
+                on_down: None,
                 start: Arc::new(move |sup| {
                     let a = args.clone();
                     Box::pin(async move {
@@ -305,6 +328,7 @@ impl Daemon {
             }
         });
         tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
+        notify("READY=1");
         Ok(Daemon {
             fleet,
             layout,
@@ -358,7 +382,11 @@ impl Daemon {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
                 _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
-                _ = hup.recv() => { let _ = self.reload().await; }
+                _ = hup.recv() => {
+                    notify("RELOADING=1");
+                    let _ = self.reload().await;
+                    notify("READY=1");
+                }
                 _ = &mut self.join => {
                     let why = self.fleet.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()).clone();
                     let why = why.unwrap_or_else(|| "the supervisor stopped".into());
@@ -369,6 +397,7 @@ impl Daemon {
                 }
             }
         }
+        notify("STOPPING=1");
         Ok(self.shutdown().await)
     }
 }

@@ -416,6 +416,7 @@ impl Shim {
         let mut g = self.upstream.lock().await;
         if let Some(s) = g.as_ref()
             && !s.is_closed()
+            && !s.peer().is_transport_closed()
         {
             return Ok(s.peer().clone());
         }
@@ -501,7 +502,11 @@ impl ServerHandler for Shim {
                 Err(rmcp::ServiceError::McpError(e)) => return Err(e),
                 Err(e) => {
                     self.reset().await;
-                    let sent = !matches!(e, rmcp::ServiceError::TransportSend(_));
+                    // A closed transport or a failed send means the request never left.
+                    let sent = !matches!(
+                        e,
+                        rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed
+                    );
                     if attempt == 0 && (!sent || READ_ONLY.contains(&name.as_str())) {
                         tracing::info!(error = %e, tool = %name, "daemon connection lost; reconnecting and retrying");
                         continue;

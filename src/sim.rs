@@ -23,7 +23,8 @@ pub enum Script {
     Worker,
     /// The demo's lead: spawn a worker per `task:` line, hand each its task, collect the replies.
     Lead,
-    /// Treat each message body as JSON tool calls, make them, reply with the results.
+    /// Treat each message body as JSON calls (`{"tool": NAME, "args": {..}}` or
+    /// `{"run": [argv]}`), make them from inside this member, reply with the results.
     Exec,
     /// Echo each message and show the prompt again at once (for benchmarks).
     Sink,
@@ -451,6 +452,33 @@ async fn exec_calls(tools: &tokio::sync::Mutex<Tools>, body: &str) -> Value {
     };
     let mut results = vec![];
     for c in calls {
+        if let Some(argv) = c.get("run").and_then(|v| v.as_array()) {
+            // Run a command inside this member's process tree (as an agent's shell would).
+            let argv: Vec<String> = argv
+                .iter()
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect();
+            let Some((prog, rest)) = argv.split_first() else {
+                continue;
+            };
+            let prog = if prog == "fleetd" {
+                std::env::current_exe()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            } else {
+                prog.clone()
+            };
+            let o = tokio::process::Command::new(prog)
+                .args(rest)
+                .stdin(Stdio::null())
+                .output()
+                .await;
+            results.push(match o {
+                Ok(o) => json!({"run": argv, "code": o.status.code(), "stdout": String::from_utf8_lossy(&o.stdout), "stderr": String::from_utf8_lossy(&o.stderr)}),
+                Err(e) => json!({"run": argv, "error": e.to_string()}),
+            });
+            continue;
+        }
         let name = c
             .get("tool")
             .and_then(|v| v.as_str())

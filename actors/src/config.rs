@@ -224,6 +224,9 @@ pub struct Profile {
     pub stable_ms: u64,
     /// Pause between the paste and its Enter, for TUIs that swallow an Enter sent too soon.
     pub enter_delay_ms: u64,
+    /// The regexes look at this many last non-blank lines of the screen (what the agent is
+    /// showing now), not at what has scrolled up.
+    pub scan_lines: usize,
     pub env: BTreeMap<String, String>,
 }
 
@@ -238,6 +241,7 @@ impl Default for Profile {
             permission_injectable: false,
             stable_ms: 300,
             enter_delay_ms: 0,
+            scan_lines: 6,
             env: BTreeMap::new(),
         }
     }
@@ -283,6 +287,7 @@ pub struct CompiledProfile {
     pub permission_injectable: bool,
     pub stable_ms: u64,
     pub enter_delay_ms: u64,
+    pub scan_lines: usize,
 }
 
 impl CompiledProfile {
@@ -307,6 +312,7 @@ impl CompiledProfile {
             permission_injectable: p.permission_injectable,
             stable_ms: p.stable_ms,
             enter_delay_ms: p.enter_delay_ms,
+            scan_lines: p.scan_lines.max(1),
         })
     }
 }

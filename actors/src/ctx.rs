@@ -106,6 +106,8 @@ pub struct Directory<R: ractor::Message, T: ractor::Message, S: ractor::Message,
     tickets: RwLock<Option<Mailbox<T>>>,
     slots: RwLock<HashMap<MemberName, Mailbox<S>>>,
     injectors: RwLock<HashMap<MemberName, Mailbox<I>>>,
+    /// Fired on every change, so callers can wait out an actor's restart.
+    changed: tokio::sync::Notify,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -124,6 +126,7 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
             tickets: RwLock::new(None),
             slots: RwLock::new(HashMap::new()),
             injectors: RwLock::new(HashMap::new()),
+            changed: tokio::sync::Notify::new(),
         }
     }
 }
@@ -138,6 +141,7 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
     }
     pub fn set_registry(&self, m: Option<Mailbox<R>>) {
         *write(&self.registry) = m;
+        self.changed.notify_waiters();
     }
     pub fn tickets(&self) -> Result<Mailbox<T>, FleetError> {
         read(&self.tickets)
@@ -146,12 +150,14 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
     }
     pub fn set_tickets(&self, m: Option<Mailbox<T>>) {
         *write(&self.tickets) = m;
+        self.changed.notify_waiters();
     }
     pub fn slot(&self, name: &MemberName) -> Option<Mailbox<S>> {
         read(&self.slots).get(name).cloned()
     }
     pub fn set_slot(&self, name: &MemberName, m: Mailbox<S>) {
         write(&self.slots).insert(name.clone(), m);
+        self.changed.notify_waiters();
     }
     /// Remove `name`'s slot entry if it still points at actor `id`.
     pub fn remove_slot(&self, name: &MemberName, id: ractor::ActorId) {
@@ -165,6 +171,42 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
     }
     pub fn set_injector(&self, name: &MemberName, m: Mailbox<I>) {
         write(&self.injectors).insert(name.clone(), m);
+        self.changed.notify_waiters();
+    }
+
+    /// Forget the registry / desk entry if it still points at actor `id` (it died).
+    pub fn remove_singleton(&self, id: ractor::ActorId) {
+        {
+            let mut g = write(&self.registry);
+            if g.as_ref().is_some_and(|m| m.actor.get_id() == id) {
+                *g = None;
+            }
+        }
+        let mut g = write(&self.tickets);
+        if g.as_ref().is_some_and(|m| m.actor.get_id() == id) {
+            *g = None;
+        }
+    }
+
+    /// Wait (at most `timeout`) until `get` finds what it looks for: rides out an actor's
+    /// restart instead of failing the caller.
+    pub async fn wait_for<X>(
+        &self,
+        get: impl Fn(&Self) -> Option<X>,
+        timeout: Duration,
+    ) -> Option<X> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(v) = get(self) {
+                return Some(v);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return get(self);
+            }
+        }
     }
     pub fn remove_injector(&self, name: &MemberName, id: ractor::ActorId) {
         let mut g = write(&self.injectors);

@@ -30,6 +30,8 @@ use crate::tickets::state::{Ticket, TicketKind, TicketState};
 use crate::types::{Caller, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
 
 const CALL: Duration = Duration::from_secs(10);
+/// How long a call waits for an actor that is being restarted to come back.
+const RIDE_OUT: Duration = Duration::from_secs(5);
 
 /// A member as listings show it.
 #[derive(Clone, Debug, Serialize)]
@@ -43,6 +45,8 @@ pub struct MemberView {
     pub status_since: Millis,
     pub spawned_at: Millis,
     pub pid: Option<u32>,
+    /// The PTY host process holding this member's terminal.
+    pub host_pid: Option<u32>,
     pub exit: Option<ExitInfo>,
     pub charter_sha256: String,
 }
@@ -59,6 +63,7 @@ impl From<&MemberRecord> for MemberView {
             status_since: m.status_since,
             spawned_at: m.spawned_at,
             pid: m.pid,
+            host_pid: m.host_pid,
             exit: m.exit.clone(),
             charter_sha256: m.charter_sha256.clone(),
         }
@@ -225,6 +230,10 @@ impl Fleet {
             .start_child(ChildSpec {
                 id: "registry".into(),
                 kind: "registry",
+                on_down: Some(Arc::new({
+                    let c = ctx.clone();
+                    move |id| c.dir.remove_singleton(id)
+                })),
                 start: Arc::new(move |sup| {
                     let c = c1.clone();
                     Box::pin(async move {
@@ -241,6 +250,10 @@ impl Fleet {
             .start_child(ChildSpec {
                 id: "tickets".into(),
                 kind: "tickets",
+                on_down: Some(Arc::new({
+                    let c = ctx.clone();
+                    move |id| c.dir.remove_singleton(id)
+                })),
                 start: Arc::new(move |sup| {
                     let c = c2.clone();
                     Box::pin(async move {
@@ -296,9 +309,11 @@ impl Fleet {
     ) -> Result<(), FleetError> {
         let h = Arc::new(Mutex::new(handle));
         let (ctx, n) = (self.ctx.clone(), name.clone());
+        let (c, nm) = (self.ctx.clone(), name.clone());
         self.start_child(ChildSpec {
             id: format!("slot:{name}"),
             kind: "slot",
+            on_down: Some(Arc::new(move |id| c.dir.remove_slot(&nm, id))),
             start: Arc::new(move |sup| {
                 let args = SlotArgs {
                     ctx: ctx.clone(),
@@ -315,9 +330,11 @@ impl Fleet {
         })
         .await?;
         let (ctx, n) = (self.ctx.clone(), name.clone());
+        let (c, nm) = (self.ctx.clone(), name.clone());
         self.start_child(ChildSpec {
             id: format!("injector:{name}"),
             kind: "injector",
+            on_down: Some(Arc::new(move |id| c.dir.remove_injector(&nm, id))),
             start: Arc::new(move |sup| {
                 let args = InjectorArgs {
                     ctx: ctx.clone(),
@@ -334,19 +351,43 @@ impl Fleet {
         .await
     }
 
+    /// The registry, waiting out a restart.
+    async fn registry(&self) -> Result<Mailbox<RegistryMsg>, FleetError> {
+        match self.ctx.dir.wait_for(|d| d.registry().ok(), RIDE_OUT).await {
+            Some(m) => Ok(m),
+            None => self.ctx.dir.registry(),
+        }
+    }
+
+    /// The ticket desk, waiting out a restart.
+    async fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
+        match self.ctx.dir.wait_for(|d| d.tickets().ok(), RIDE_OUT).await {
+            Some(m) => Ok(m),
+            None => self.ctx.dir.tickets(),
+        }
+    }
+
+    /// A live member's slot, waiting out a restart.
+    async fn slot(&self, name: &MemberName) -> Option<Mailbox<SlotMsg>> {
+        self.ctx.dir.wait_for(|d| d.slot(name), RIDE_OUT).await
+    }
+
+    /// A live member's injector, waiting out a restart.
+    async fn injector(&self, name: &MemberName) -> Option<Mailbox<InjectorMsg>> {
+        self.ctx.dir.wait_for(|d| d.injector(name), RIDE_OUT).await
+    }
+
     async fn registry_members(&self) -> Result<Vec<MemberRecord>, FleetError> {
-        self.ctx
-            .dir
-            .registry()?
+        self.registry()
+            .await?
             .call(|reply| RegistryMsg::Members { reply }, CALL)
             .await
     }
 
     async fn member(&self, name: &MemberName) -> Result<Option<MemberRecord>, FleetError> {
         let n = name.clone();
-        self.ctx
-            .dir
-            .registry()?
+        self.registry()
+            .await?
             .call(|reply| RegistryMsg::Member { name: n, reply }, CALL)
             .await
     }
@@ -501,9 +542,8 @@ impl Fleet {
         };
         let wait = Duration::from_secs(config.lifecycle.spawn_wait_seconds + 5);
         let reservation = self
-            .ctx
-            .dir
-            .registry()?
+            .registry()
+            .await?
             .call(|reply| RegistryMsg::Reserve { req: rreq, reply }, wait)
             .await??;
         let release = |this: &Fleet, id| {
@@ -591,9 +631,8 @@ impl Fleet {
         let pid = handle.pid;
         let rec2 = record.clone();
         let bound = self
-            .ctx
-            .dir
-            .registry()?
+            .registry()
+            .await?
             .call(
                 |reply| RegistryMsg::Bind {
                     reservation: reservation.id,
@@ -661,7 +700,7 @@ impl Fleet {
         let msg_id = self.ctx.alloc_msg_id();
         let (to2, body2) = (to.clone(), body.clone());
         let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
-        let desk = self.ctx.dir.tickets()?;
+        let desk = self.desk().await?;
         let ticket = desk
             .call(
                 |reply| DeskMsg::Open {
@@ -688,7 +727,7 @@ impl Fleet {
             settled_at: None,
             note: None,
         };
-        let queued = match self.ctx.dir.injector(to) {
+        let queued = match self.injector(to).await {
             Some(i) => i
                 .call(
                     |reply| InjectorMsg::Enqueue {
@@ -755,7 +794,7 @@ impl Fleet {
 
     async fn wait_ticket(&self, id: TicketId, secs: u64) -> Result<(Ticket, bool), FleetError> {
         let deadline = self.ctx.now() + secs * 1000;
-        let desk = self.ctx.dir.tickets()?;
+        let desk = self.desk().await?;
         let out = desk
             .call(
                 |reply| DeskMsg::Wait {
@@ -779,15 +818,11 @@ impl Fleet {
         text: String,
     ) -> Result<TicketView, FleetError> {
         let id: TicketId = ticket.parse()?;
-        if matches!(caller, Caller::NotMember { .. }) {
-            authorize(caller, &Action::Read, "fleet_reply")?;
-        }
         self.check_size(&format!("fleet_reply to {id}"), &text)?;
         let c = caller.clone();
         let t = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(
                 |reply| DeskMsg::Reply {
                     caller: c,
@@ -872,9 +907,8 @@ impl Fleet {
             .party()
             .ok_or_else(|| FleetError::internal("fleet_poll", "no party"))?;
         let ts = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(|reply| DeskMsg::Poll { party, reply }, CALL)
             .await?;
         let mut out = vec![];
@@ -890,9 +924,8 @@ impl Fleet {
         let party = caller
             .party()
             .ok_or_else(|| FleetError::internal("fleet_ack", "no party"))?;
-        self.ctx
-            .dir
-            .tickets()?
+        self.desk()
+            .await?
             .call(
                 |reply| DeskMsg::Ack {
                     party,
@@ -909,9 +942,8 @@ impl Fleet {
         authorize(caller, &Action::Read, "ticket lookup")?;
         let id: TicketId = ticket.parse()?;
         let t = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(|reply| DeskMsg::Get { ticket: id, reply }, CALL)
             .await?
             .ok_or_else(|| {
@@ -942,9 +974,8 @@ impl Fleet {
     pub async fn tickets(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
         authorize(caller, &Action::Read, "ticket listing")?;
         let all = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(|reply| DeskMsg::All { reply }, CALL)
             .await?;
         let mut out = vec![];
@@ -997,9 +1028,8 @@ impl Fleet {
         authorize(caller, &Action::Read, "fleet_list")?;
         let members = self.registry_members().await?;
         let architect_slots = self
-            .ctx
-            .dir
-            .registry()?
+            .registry()
+            .await?
             .call(|reply| RegistryMsg::Slots { reply }, CALL)
             .await?;
         let host = self.ctx.config().daemon.host.clone();
@@ -1068,9 +1098,8 @@ impl Fleet {
             *by_status.entry(m.status.to_string()).or_insert(0) += 1;
         }
         let open_tickets = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(|reply| DeskMsg::All { reply }, CALL)
             .await?
             .iter()
@@ -1139,9 +1168,8 @@ impl Fleet {
         };
         let n2 = name.clone();
         let owes = self
-            .ctx
-            .dir
-            .tickets()?
+            .desk()
+            .await?
             .call(|reply| DeskMsg::All { reply }, CALL)
             .await?
             .into_iter()
@@ -1179,9 +1207,8 @@ impl Fleet {
             self.drain(&name).await?;
         }
         let slot = self
-            .ctx
-            .dir
             .slot(&name)
+            .await
             .ok_or_else(|| FleetError::unavailable(what.clone(), "its slot is restarting"))?;
         let who = caller.describe();
         let grace = self.ctx.config().lifecycle.stop_grace_ms;
@@ -1258,7 +1285,7 @@ impl Fleet {
             )
             .with_rule("SIGNAL"));
         };
-        let slot = self.ctx.dir.slot(&m.name).ok_or_else(|| {
+        let slot = self.slot(&m.name).await.ok_or_else(|| {
             FleetError::unavailable("fleetd signal", "the member's slot is restarting")
         })?;
         slot.call(|reply| SlotMsg::Signal { status, reply }, CALL)
@@ -1325,7 +1352,7 @@ impl Fleet {
     async fn slot_of(&self, name: &MemberName) -> Result<Mailbox<SlotMsg>, FleetError> {
         self.live_member(name, &format!("terminal of `{name}`"))
             .await?;
-        self.ctx.dir.slot(name).ok_or_else(|| {
+        self.slot(name).await.ok_or_else(|| {
             FleetError::unavailable(format!("terminal of `{name}`"), "its slot is restarting")
         })
     }
@@ -1341,8 +1368,8 @@ impl Fleet {
             ));
         }
         match target {
-            "registry" => self.ctx.dir.registry()?.cast(RegistryMsg::Panic),
-            "tickets" => self.ctx.dir.tickets()?.cast(DeskMsg::Panic),
+            "registry" => self.registry().await?.cast(RegistryMsg::Panic),
+            "tickets" => self.desk().await?.cast(DeskMsg::Panic),
             t => {
                 let (kind, name) = t.split_once(':').unwrap_or(("slot", t));
                 let name = member_name(name)?;

@@ -19,9 +19,17 @@ pub struct Classified {
     pub injectable: bool,
 }
 
+/// The part of the screen the regexes look at: its last `n` non-blank lines.
+pub fn scan_window(screen: &str, n: usize) -> String {
+    let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 /// Classify a stable screen: busy beats permission beats question beats prompt; anything else
-/// is work in progress.
+/// is work in progress. Only the last `scan_lines` non-blank lines count.
 pub fn classify(profile: &CompiledProfile, screen: &str) -> Classified {
+    let window = scan_window(screen, profile.scan_lines);
+    let screen = window.as_str();
     let hit = |re: &Option<regex::Regex>| re.as_ref().is_some_and(|r| r.is_match(screen));
     if hit(&profile.busy) {
         Classified {
@@ -375,6 +383,13 @@ mod tests {
             ("Allow rm -rf? [y/n]", Status::Blocked, false),
             ("some output", Status::Working, false),
             ("", Status::Working, false),
+            // A dialog that has scrolled up does not count: only the last line does (scan_lines = 1).
+            (
+                "Allow x? [y/n] yes\n* working\ndone\nsim> ",
+                Status::Idle,
+                true,
+            ),
+            ("sim> \nsim> go\n* working on go", Status::Working, false),
         ];
         for (screen, status, inj) in cases {
             assert_eq!(

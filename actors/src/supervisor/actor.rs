@@ -23,12 +23,17 @@ use crate::term::BoxFut;
 pub type StartFn =
     Arc<dyn Fn(ActorCell) -> BoxFut<'static, Result<ActorCell, FleetError>> + Send + Sync>;
 
+/// Called with a child's actor id when it has ended, before any restart (ractor runs no
+/// `post_stop` after a panic, so this is where its directory entry is cleared).
+pub type DownFn = Arc<dyn Fn(ractor::ActorId) + Send + Sync>;
+
 /// A child: its id (`registry`, `slot:w1`, ...), its kind (for the policy) and how to start it.
 #[derive(Clone)]
 pub struct ChildSpec {
     pub id: String,
     pub kind: &'static str,
     pub start: StartFn,
+    pub on_down: Option<DownFn>,
 }
 
 pub enum SupervisorMsg {
@@ -94,7 +99,9 @@ impl SupervisorState {
     ) {
         let now = self.ctx.now();
         let child = &mut self.children[idx];
-        child.cell = None;
+        if let (Some(cell), Some(down)) = (child.cell.take(), &child.spec.on_down) {
+            down(cell.get_id());
+        }
         let id = child.spec.id.clone();
         match child.tracker.on_exit(&id, exit, now) {
             Decision::Restart { delay_ms, attempt } => {

@@ -1,0 +1,382 @@
+//! Test harness: a real `fleetd serve` process on a temporary state dir, readiness by the
+//! sd_notify protocol (no polling), an event stream to await what happens, and clean-up that
+//! leaves no agent behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use fleetd::client::{Client, ClientError, EventStream};
+use fleetd_actors::config::{Config, OnShutdown};
+use fleetd_actors::events::{Event, EventKind};
+use serde_json::{Value, json};
+
+pub const T: Duration = Duration::from_secs(30);
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_fleetd"))
+}
+
+pub fn bin_str() -> String {
+    bin().display().to_string()
+}
+
+/// The default config, tuned for tests: members stop with the daemon, screens settle fast.
+pub fn test_config() -> Config {
+    let mut c = Config::default();
+    c.daemon.on_shutdown = OnShutdown::Stop;
+    c.daemon.shutdown_deadline_secs = 10;
+    if let Some(p) = c.profiles.get_mut("sim") {
+        p.stable_ms = 80;
+    }
+    c
+}
+
+/// A sim agent command line.
+pub fn sim(args: &[&str]) -> Vec<String> {
+    let mut v = vec![bin_str(), "sim-agent".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v
+}
+
+pub struct D {
+    _root: tempfile::TempDir,
+    pub state: PathBuf,
+    pub config_path: PathBuf,
+    notify: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    pub client: Client,
+}
+
+impl D {
+    pub async fn start() -> D {
+        Self::with(test_config()).await
+    }
+
+    pub async fn with(config: Config) -> D {
+        let root = tempfile::Builder::new()
+            .prefix("fd")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let state = root.path().join("s");
+        let config_path = root.path().join("fleetd.toml");
+        std::fs::write(
+            &config_path,
+            toml::to_string(&config).expect("config to toml"),
+        )
+        .expect("write config");
+        let mut d = D {
+            notify: root.path().join("notify.sock"),
+            log: root.path().join("daemon.log"),
+            client: Client::new(&state),
+            state,
+            config_path,
+            _root: root,
+            child: None,
+        };
+        d.boot().await;
+        d
+    }
+
+    pub fn write_config(&self, config: &Config) {
+        std::fs::write(&self.config_path, toml::to_string(config).expect("toml"))
+            .expect("write config");
+    }
+
+    /// Start the daemon and wait for its READY=1.
+    pub async fn boot(&mut self) {
+        let _ = std::fs::remove_file(&self.notify);
+        let sock = tokio::net::UnixDatagram::bind(&self.notify).expect("notify socket");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log");
+        let child = Command::new(bin())
+            .args(["serve", "--state-dir"])
+            .arg(&self.state)
+            .arg("--config")
+            .arg(&self.config_path)
+            .env("NOTIFY_SOCKET", &self.notify)
+            .env("RUST_LOG", "info,fleetd=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn fleetd serve");
+        self.child = Some(child);
+        let mut buf = [0u8; 256];
+        loop {
+            match tokio::time::timeout(T, sock.recv(&mut buf)).await {
+                Ok(Ok(n)) if buf[..n].starts_with(b"READY=1") => break,
+                Ok(Ok(_)) => continue,
+                _ => panic!("daemon did not become ready; log:\n{}", self.log()),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `kill -9` the daemon.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Send a signal to the daemon.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+
+    /// Wait (bounded) for the daemon to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let c = self.child.take().expect("daemon running");
+        match wait_child(c, timeout) {
+            Ok(st) => st,
+            Err(mut c) => {
+                let _ = c.kill();
+                panic!(
+                    "daemon did not exit within {timeout:?}; log:\n{}",
+                    self.log()
+                )
+            }
+        }
+    }
+
+    pub async fn events(&self) -> Events {
+        Events {
+            stream: self.client.events(0).await.expect("event stream"),
+            seen: vec![],
+        }
+    }
+
+    /// Run the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(args)
+            .env("FLEETD_STATE_DIR", &self.state)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run fleetd")
+    }
+
+    pub async fn spawn(&self, name: &str, role: &str, command: Vec<String>) -> Value {
+        self.client
+            .post(
+                "/members",
+                &json!({"role": role, "name": name, "command": command}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}\n{}", self.log()))
+    }
+
+    pub async fn try_spawn(&self, body: Value) -> Result<Value, ClientError> {
+        self.client.post("/members", &body).await
+    }
+
+    /// Send as the operator; returns the ticket id.
+    pub async fn send(&self, to: &str, message: &str) -> String {
+        let v: Value = self
+            .client
+            .post(
+                &format!("/members/{to}/messages"),
+                &json!({"message": message}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("send to {to}: {e}"));
+        v["ticket"]["id"].as_str().expect("ticket id").to_string()
+    }
+
+    /// Send and wait for the reply (bounded).
+    pub async fn ask(&self, to: &str, message: &str) -> Value {
+        let v: Value = self
+            .client
+            .post(
+                &format!("/members/{to}/messages"),
+                &json!({"message": message, "wait": true, "wait_secs": 30}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("send to {to}: {e}"));
+        assert_eq!(v["resolved"], true, "no answer from {to}: {v}");
+        v["ticket"].clone()
+    }
+
+    /// Have member `name` (running the exec script) make these calls; returns the results.
+    pub async fn calls_as(&self, name: &str, calls: Value) -> Vec<Value> {
+        let t = self.ask(name, &calls.to_string()).await;
+        let text = t["reply"]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no reply: {t}"));
+        serde_json::from_str::<Value>(text)
+            .expect("results json")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub async fn ticket(&self, id: &str) -> Value {
+        self.client
+            .get(&format!("/tickets/{id}"))
+            .await
+            .expect("ticket")
+    }
+
+    pub async fn member(&self, name: &str) -> Value {
+        self.client
+            .get(&format!("/members/{name}"))
+            .await
+            .expect("member")
+    }
+
+    pub async fn fault(&self, target: &str) {
+        let _: Value = self
+            .client
+            .post("/debug/fault", &json!({"target": target}))
+            .await
+            .expect("fault");
+    }
+}
+
+impl Drop for D {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            if let Err(mut c) = wait_child(c, Duration::from_secs(15)) {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        kill_leftovers(&self.state);
+    }
+}
+
+/// Wait for a child to exit, at most `timeout`; gives the child back if it did not.
+pub fn wait_child(mut c: Child, timeout: Duration) -> Result<ExitStatus, Child> {
+    let pid = c.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    // waitid(WNOWAIT) blocks until the child exits without reaping it, so `c` can still reap.
+    std::thread::spawn(move || {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waiting on our own child with a zeroed siginfo we own.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(_) => Ok(c.wait().expect("reap")),
+        Err(_) => Err(c),
+    }
+}
+
+/// Kill every process whose environment names this state dir (agents, PTY hosts, shims).
+pub fn kill_leftovers(state: &Path) {
+    let needle = format!("FLEETD_STATE_DIR={}", state.display());
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
+            && env.split(|&b| b == 0).any(|v| v == needle.as_bytes())
+        {
+            // SAFETY: killing a process this test started (it carries our state dir).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The event stream, with everything seen kept for ordering checks.
+pub struct Events {
+    stream: EventStream,
+    pub seen: Vec<Event>,
+}
+
+impl Events {
+    /// Wait (bounded) for the first event (seen or new) matching `pred`.
+    pub async fn until(&mut self, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
+        if let Some(e) = self.seen.iter().find(|e| pred(e)) {
+            return e.clone();
+        }
+        let fut = async {
+            loop {
+                let e = self
+                    .stream
+                    .next()
+                    .await
+                    .expect("event stream ended")
+                    .expect("event");
+                self.seen.push(e.clone());
+                if pred(&e) {
+                    return e;
+                }
+            }
+        };
+        match tokio::time::timeout(T, fut).await {
+            Ok(e) => e,
+            Err(_) => panic!(
+                "timed out waiting for {what}; seen:\n{:#?}",
+                self.seen.iter().map(|e| &e.kind).collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    pub async fn status(&mut self, member: &str, to: &str) -> Event {
+        self.until(&format!("{member} {to}"), |e| {
+            matches!(&e.kind, EventKind::Status { member: m, to: t, .. } if m.as_str() == member && t.as_str() == to)
+        })
+        .await
+    }
+
+    pub async fn ticket(&mut self, id: &str, state: &str) -> Event {
+        self.until(&format!("{id} {state}"), |e| {
+            matches!(&e.kind, EventKind::Ticket { ticket, state: s, .. }
+                if ticket.to_string() == id && serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).as_deref() == Some(state))
+        })
+        .await
+    }
+
+    pub async fn receipt(&mut self, msg_of_ticket: &str, state: &str) -> Event {
+        self.until(&format!("receipt of {msg_of_ticket} {state}"), |e| {
+            matches!(&e.kind, EventKind::Receipt { ticket: Some(t), state: s, .. }
+                if t.to_string() == msg_of_ticket && serde_json::to_value(s).ok().and_then(|v| v.as_str().map(String::from)).as_deref() == Some(state))
+        })
+        .await
+    }
+}
+
+/// Wait (bounded) until process `pid` (not our child) has exited, using a pidfd.
+pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open on a pid; a negative result means it is already gone.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return true;
+    }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polling one pollfd we own, then closing the fd we opened.
+    let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+    unsafe { libc::close(fd) };
+    r == 1
+}

@@ -1,0 +1,109 @@
+//! Config: checking (charter text against the registered tools), the MCP contract document,
+//! SIGHUP reload, charter fingerprints.
+
+use std::collections::BTreeSet;
+
+use fleetd_actors::events::EventKind;
+
+use crate::common::*;
+
+#[test]
+fn config_check_fails_when_a_charter_names_an_unregistered_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = test_config();
+    c.charters.worker = "Answer with fleet_reply, or call bridge_send when stuck.".into();
+    let f = dir.path().join("c.toml");
+    std::fs::write(&f, toml::to_string(&c).unwrap()).unwrap();
+    let o = std::process::Command::new(bin())
+        .args(["config", "check"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("charters.worker names `bridge_send`"), "{err}");
+    // The default config prints, parses and checks clean.
+    let o = std::process::Command::new(bin())
+        .args(["config", "default"])
+        .output()
+        .unwrap();
+    std::fs::write(&f, &o.stdout).unwrap();
+    let o = std::process::Command::new(bin())
+        .args(["config", "check"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn the_mcp_contract_document_names_exactly_the_registered_tools() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/MCP-Contract.md"))
+        .unwrap();
+    let named: BTreeSet<String> = fleetd_actors::config::tool_names_in(&doc)
+        .into_iter()
+        .collect();
+    let registered: BTreeSet<String> = fleetd::mcp::tool_names().into_iter().collect();
+    let extra: Vec<_> = named.difference(&registered).collect();
+    let missing: Vec<_> = registered.difference(&named).collect();
+    assert!(
+        extra.is_empty(),
+        "docs/MCP-Contract.md names tools the server does not register: {extra:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/MCP-Contract.md omits registered tools: {missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_and_new_spawns_get_the_new_charter() {
+    let mut c = test_config();
+    let d = D::with(c.clone()).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    let before = d.member("w1").await["charter_sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.charters.worker = "You are a careful worker.".into();
+    d.write_config(&c);
+    d.signal(libc::SIGHUP);
+    ev.until("reload", |e| {
+        matches!(&e.kind, EventKind::ConfigReloaded { ok: true, .. })
+    })
+    .await;
+    d.spawn("w2", "worker", sim(&[])).await;
+    let after = d.member("w2").await["charter_sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(before, after);
+    assert_eq!(
+        d.member("w1").await["charter_sha256"],
+        before.as_str(),
+        "a running member keeps what it received"
+    );
+    let charter = std::fs::read_to_string(d.state.join("charters/w2.md")).unwrap();
+    assert!(charter.starts_with("You are a careful worker."));
+    assert!(
+        charter.contains("fleet_reply"),
+        "composed with the reply charter"
+    );
+    // A broken config is refused and the running one kept.
+    std::fs::write(&d.config_path, "[lifecycle]\nidle_ttl = 3\n").unwrap();
+    d.signal(libc::SIGHUP);
+    let e = ev
+        .until("refused reload", |e| {
+            matches!(&e.kind, EventKind::ConfigReloaded { ok: false, .. })
+        })
+        .await;
+    let EventKind::ConfigReloaded { detail, .. } = &e.kind else {
+        unreachable!()
+    };
+    assert!(detail.contains("idle_ttl"), "{detail}");
+    assert_eq!(
+        d.ask("w2", "sum: 1").await["reply"]["text"],
+        "sum of 1 numbers = 1"
+    );
+}

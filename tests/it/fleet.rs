@@ -1,0 +1,630 @@
+//! The single-host fleet through the real binary: round trips, Authz, the injector's rules,
+//! tickets, terminals.
+
+use fleetd_actors::events::EventKind;
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+fn exec(extra: &[&str]) -> Vec<String> {
+    let mut a = vec!["--script", "exec", "--work-ms", "0"];
+    a.extend_from_slice(extra);
+    sim(&a)
+}
+
+fn err_of(e: fleetd::client::ClientError) -> fleetd_actors::error::FleetError {
+    match e {
+        fleetd::client::ClientError::Api(f) => f,
+        other => panic!("expected an API refusal, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lead_hands_work_to_two_workers_and_collects_replies() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn(
+        "lead",
+        "primary",
+        sim(&["--script", "lead", "--work-ms", "100"]),
+    )
+    .await;
+    let t = d
+        .send("lead", "brief\ntask: sum: 1 2 3\ntask: reverse: fleet")
+        .await;
+    ev.ticket(&t, "replied").await;
+    let brief = d.ticket(&t).await;
+    let answer = brief["reply"]["text"].as_str().unwrap();
+    assert!(
+        answer.contains("worker-1: sum of 3 numbers = 6"),
+        "{answer}"
+    );
+    assert!(answer.contains("worker-2: reversed: teelf"), "{answer}");
+    // Both workers were spawned by the lead (lineage), and each answered its own ticket.
+    for w in ["worker-1", "worker-2"] {
+        let e = ev
+            .until(
+                &format!("spawn of {w}"),
+                |e| matches!(&e.kind, EventKind::Spawned { member, .. } if member.as_str() == w),
+            )
+            .await;
+        let EventKind::Spawned { parent, role, .. } = e.kind else {
+            unreachable!()
+        };
+        assert_eq!(parent.to_string(), "lead");
+        assert_eq!(role.as_str(), "worker");
+    }
+    let all: Vec<Value> = d.client.get("/tickets").await.unwrap();
+    assert_eq!(all.len(), 3);
+    for tk in &all {
+        assert_eq!(tk["state"], "replied", "{tk}");
+        assert_eq!(tk["receipt"]["state"], "accepted", "{tk}");
+    }
+    let members: Value = d.client.get("/members").await.unwrap();
+    let parent_of = |n: &str| {
+        members["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == n)
+            .unwrap()["parent"]
+            .clone()
+    };
+    assert_eq!(parent_of("worker-1"), "lead");
+    assert_eq!(parent_of("lead"), "operator");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cannot_spawn_stop_or_send_and_each_refusal_names_its_rule() {
+    let d = D::start().await;
+    d.spawn("w1", "worker", exec(&[])).await;
+    d.spawn("w2", "worker", exec(&[])).await;
+    let r = d
+        .calls_as(
+            "w1",
+            json!([
+                {"tool": "fleet_whoami"},
+                {"tool": "fleet_spawn", "args": {"role": "worker", "name": "w3"}},
+                {"tool": "fleet_stop", "args": {"name": "w2"}},
+                {"tool": "fleet_send", "args": {"to": "w2", "message": "hi"}},
+                {"tool": "fleet_list"},
+                {"run": ["fleetd", "spawn", "--role", "worker", "--name", "w4", "--", "true"]},
+            ]),
+        )
+        .await;
+    assert_eq!(r[0]["structured"]["name"], "w1");
+    assert_eq!(r[0]["structured"]["role"], "worker");
+    for (i, rule) in [(1, "SPAWN"), (2, "STOP"), (3, "SEND")] {
+        assert_eq!(r[i]["is_error"], true, "{}", r[i]);
+        assert_eq!(r[i]["structured"]["error"]["rule"], rule, "{}", r[i]);
+        assert!(
+            !r[i]["structured"]["error"]["accepted"]
+                .as_str()
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // A worker's fleet_list has no coordinator key at all.
+    assert_eq!(r[4]["is_error"], false);
+    assert!(r[4]["structured"].get("coordinator").is_none(), "{}", r[4]);
+    // Calling the operator's CLI from inside a member does not make it the operator.
+    assert_ne!(r[5]["code"], 0, "{}", r[5]);
+    assert!(
+        r[5]["stderr"].as_str().unwrap().contains("rule SPAWN"),
+        "{}",
+        r[5]
+    );
+    let members: Value = d.client.get("/members").await.unwrap();
+    assert_eq!(members["members"].as_array().unwrap().len(), 2);
+    // The operator does get the coordinator row.
+    assert!(members.get("coordinator").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lead_gets_the_coordinator_row_and_may_spawn() {
+    let d = D::start().await;
+    d.spawn("lead", "primary", exec(&[])).await;
+    let r = d
+        .calls_as(
+            "lead",
+            json!([
+                {"tool": "fleet_list"},
+                {"tool": "fleet_spawn", "args": {"role": "worker", "name": "w9", "command": exec(&[])}},
+                {"tool": "fleet_spawn", "args": {"role": "primary", "name": "lead2"}},
+            ]),
+        )
+        .await;
+    let row = &r[0]["structured"]["coordinator"];
+    assert!(
+        row["coord_id"].as_str().unwrap().starts_with("local/"),
+        "{row}"
+    );
+    assert_eq!(row["mailbox"]["state"], "empty");
+    assert_eq!(r[1]["is_error"], false, "{}", r[1]);
+    assert_eq!(r[1]["structured"]["parent"], "lead");
+    assert_eq!(r[2]["is_error"], true);
+    assert!(
+        r[2]["structured"]["error"]["why"]
+            .as_str()
+            .unwrap()
+            .contains("one primary per host")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_outside_every_member_cannot_reply_as_one() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--work-ms", "60000"])).await;
+    let t = d.send("w1", "sum: 1").await;
+    ev.receipt(&t, "accepted").await;
+    let mcp = crate::mcp::client(&d, crate::mcp::Era::Initialize).await;
+    let who = crate::mcp::call(&mcp, "fleet_whoami", json!({})).await;
+    assert_eq!(who.structured_content.as_ref().unwrap()["member"], false);
+    assert!(crate::mcp::text(&who).contains("not a member"));
+    let r = crate::mcp::call(
+        &mcp,
+        "fleet_reply",
+        json!({"ticket": t, "message": "forged"}),
+    )
+    .await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["error"]["rule"],
+        "REPLY"
+    );
+    for (tool, args) in [
+        ("fleet_send", json!({"to": "w1", "message": "x"})),
+        ("fleet_spawn", json!({"role": "worker", "name": "x"})),
+        ("fleet_stop", json!({"name": "w1"})),
+        ("fleet_list", json!({})),
+    ] {
+        let r = crate::mcp::call(&mcp, tool, args).await;
+        assert_eq!(r.is_error, Some(true), "{tool} was not refused");
+        assert!(
+            crate::mcp::text(&r).contains("not a fleet member"),
+            "{tool}: {}",
+            crate::mcp::text(&r)
+        );
+    }
+    assert_eq!(d.ticket(&t).await["state"], "open");
+    let _ = mcp.cancel().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_target_holds_messages_and_takes_them_in_order_one_per_turn() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--work-ms", "300"])).await;
+    let mut tickets = vec![];
+    for i in 1..=4 {
+        tickets.push(d.send("w1", &format!("sum: {i}")).await);
+    }
+    ev.ticket(tickets.last().unwrap(), "replied").await;
+    let delivered: Vec<(u64, String)> = ev
+        .seen
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Receipt {
+                ticket: Some(t),
+                state,
+                ..
+            } if format!("{state:?}") == "Delivered" => Some((e.seq, t.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        delivered.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(),
+        tickets,
+        "not in send order"
+    );
+    // Between two deliveries the previous ticket was answered and the worker came back to idle.
+    for w in delivered.windows(2) {
+        let (a, b) = (w[0].0, w[1].0);
+        let replied = ev.seen.iter().any(|e| e.seq > a && e.seq < b && matches!(&e.kind, EventKind::Ticket { ticket, state, .. } if ticket.to_string() == w[0].1 && format!("{state:?}") == "Replied"));
+        let idle = ev.seen.iter().any(|e| e.seq > a && e.seq < b && matches!(&e.kind, EventKind::Status { member, to, .. } if member.as_str() == "w1" && to.as_str() == "idle"));
+        assert!(
+            replied && idle,
+            "two messages landed in one turn between seq {a} and {b}"
+        );
+    }
+    for (i, t) in tickets.iter().enumerate() {
+        let tk = d.ticket(t).await;
+        assert_eq!(tk["reply"]["text"], format!("sum of 1 numbers = {}", i + 1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tool_arguments_get_a_clear_error() {
+    let d = D::start().await;
+    let mcp = crate::mcp::client(&d, crate::mcp::Era::Initialize).await;
+    for (args, needle) in [
+        (json!({}), "missing field `to`"),
+        (
+            json!({"to": "w1", "message": "x", "bogus": 1}),
+            "unknown field `bogus`",
+        ),
+        (json!({"to": 5, "message": "x"}), "invalid type"),
+    ] {
+        let e = crate::mcp::call_err(&mcp, "fleet_send", args).await;
+        assert!(e.contains(needle), "{e}");
+    }
+    let e = crate::mcp::call_err(&mcp, "fleet_nonexistent", json!({})).await;
+    assert!(
+        e.to_lowercase().contains("not found") || e.contains("fleet_nonexistent"),
+        "{e}"
+    );
+    let _ = mcp.cancel().await;
+    // The REST API refuses bad bodies the same way, naming what it accepts.
+    let e = err_of(
+        d.client
+            .post::<Value>("/members", &json!({"role": "worker"}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.why.contains("name"), "{e}");
+    assert!(e.accepted.contains("role, name"), "{e}");
+    let e = err_of(
+        d.try_spawn(json!({"role": "boss", "name": "x", "command": ["true"]}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.accepted.contains("primary, architect or worker"), "{e}");
+    let e = err_of(
+        d.try_spawn(json!({"role": "worker", "name": "bad name", "command": ["true"]}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.refused.contains("bad name"), "{e}");
+    let e = err_of(
+        d.try_spawn(json!({"role": "worker", "name": "x", "command": ["/nonexistent/agent"]}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.why.contains("did not start"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_without_fleet_reply_returns_the_transcript_tail() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--no-reply", "--work-ms", "50"]))
+        .await;
+    let t = d.send("w1", "sum: 20 22").await;
+    ev.ticket(&t, "tail").await;
+    let tk = d.ticket(&t).await;
+    assert!(
+        tk["tail"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("sum of 2 numbers = 42"),
+        "{tk}"
+    );
+    assert!(
+        tk["note"]
+            .as_str()
+            .unwrap()
+            .contains("without a structured fleet_reply"),
+        "{tk}"
+    );
+    assert!(tk["reply"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reply_is_refused_and_kept_visible() {
+    let mut c = test_config();
+    c.tickets.ttl_seconds = 1;
+    let d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--work-ms", "1800"])).await;
+    let t = d.send("w1", "sum: 1").await;
+    let expired = ev.ticket(&t, "expired").await.seq;
+    // The worker replies after the TTL: refused, and kept on the ticket as late.
+    ev.until("late reply recorded", |e| {
+        e.seq > expired
+            && matches!(&e.kind, EventKind::Ticket { ticket, .. } if ticket.to_string() == t)
+    })
+    .await;
+    ev.status("w1", "idle").await;
+    let tk = d.ticket(&t).await;
+    assert_eq!(tk["state"], "expired");
+    assert_eq!(tk["late"][0]["text"], "sum of 1 numbers = 1");
+    let screen = d.client.get_text("/members/w1/screen").await.unwrap();
+    assert!(screen.contains("fleet_reply refused"), "{screen}");
+    assert!(screen.contains("expired"), "{screen}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_is_not_taken_is_reported_stalled_and_the_queue_holds() {
+    let mut c = test_config();
+    c.injector.accept_timeout_ms = 400;
+    c.injector.max_queue = 2;
+    let d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--ignore-input"])).await;
+    ev.status("w1", "idle").await;
+    let t1 = d.send("w1", "first").await;
+    let t2 = d.send("w1", "second").await;
+    ev.receipt(&t1, "stalled").await;
+    let m = d.member("w1").await;
+    assert_eq!(m["queue"]["stalled"], true);
+    assert_eq!(m["queue"]["queued"][0]["ticket"], t2.as_str());
+    let tk1 = d.ticket(&t1).await;
+    assert!(
+        tk1["receipt"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("did not leave idle"),
+        "{tk1}"
+    );
+    assert_eq!(d.ticket(&t2).await["receipt"]["state"], "queued");
+    // The queue is bounded: a third message is refused, naming the limit.
+    let e = err_of(
+        d.client
+            .post::<Value>("/members/w1/messages", &json!({"message": "third"}))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.kind, fleetd_actors::error::ErrorKind::Overloaded);
+    assert!(e.why.contains("injector.max_queue = 2"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_with_the_limit_named() {
+    let mut c = test_config();
+    c.injector.max_message_bytes = 100;
+    let d = D::with(c).await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    let e = err_of(
+        d.client
+            .post::<Value>("/members/w1/messages", &json!({"message": "x".repeat(101)}))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.why.contains("101 bytes"), "{e}");
+    assert!(e.why.contains("injector.max_message_bytes = 100"), "{e}");
+    let tickets: Vec<Value> = d.client.get("/tickets").await.unwrap();
+    assert!(
+        tickets.is_empty(),
+        "a refused message must not leave a ticket"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_dialog_is_never_answered_by_a_message() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--permission", "--work-ms", "50"]))
+        .await;
+    let t1 = d.send("w1", "sum: 1").await;
+    let t2 = d.send("w1", "sum: 2").await;
+    // The first lands; the agent asks permission: blocked, not injectable.
+    ev.until("permission dialog", |e| {
+        matches!(&e.kind, EventKind::Status { member, to, injectable: false, .. } if member.as_str() == "w1" && to.as_str() == "blocked")
+    })
+    .await;
+    assert_eq!(d.ticket(&t2).await["receipt"]["state"], "queued");
+    // The operator answers the dialog; then the first completes and the second lands.
+    let _: Value = d
+        .client
+        .post("/members/w1/input", &json!({"text": "y"}))
+        .await
+        .unwrap();
+    ev.ticket(&t1, "replied").await;
+    ev.receipt(&t2, "delivered").await;
+    ev.until("second dialog", |e| {
+        e.seq > 0 && matches!(&e.kind, EventKind::Status { member, to, .. } if member.as_str() == "w1" && to.as_str() == "blocked")
+    })
+    .await;
+    let _: Value = d
+        .client
+        .post("/members/w1/input", &json!({"text": "y"}))
+        .await
+        .unwrap();
+    ev.ticket(&t2, "replied").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_signal_wins_over_the_screen_rules() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", exec(&[])).await;
+    ev.status("w1", "idle").await;
+    // The agent's hook says "blocked" in the middle of its turn. (That is a turn end for the
+    // injector, so the ticket gets the tail first; the agent's reply still lands after it.)
+    let t = d
+        .send(
+            "w1",
+            &json!([{"run": ["fleetd", "signal", "blocked"]}]).to_string(),
+        )
+        .await;
+    ev.ticket(&t, "replied").await;
+    let r: Vec<Value> =
+        serde_json::from_str(d.ticket(&t).await["reply"]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(r[0]["code"], 0, "{}", r[0]);
+    let e = ev
+        .until("signalled blocked", |e| matches!(&e.kind, EventKind::Status { member, to, cause, .. } if member.as_str() == "w1" && to.as_str() == "blocked" && cause == "signal"))
+        .await;
+    // The agent shows its prompt again (seen through an attached terminal), but the signal holds.
+    {
+        use tokio::io::AsyncReadExt;
+        let mut conn = d.client.attach("w1", 40, 120).await.unwrap();
+        let mut seen = String::new();
+        let mut buf = vec![0u8; 4096];
+        while !seen.contains("replied to t-1") || !seen.trim_end().ends_with("sim>") {
+            let n = tokio::time::timeout(T, conn.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0);
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    let m = d.member("w1").await;
+    assert!(
+        m["slot_view"]["screen"]
+            .as_str()
+            .unwrap()
+            .trim_end()
+            .ends_with("sim>"),
+        "{m}"
+    );
+    assert_eq!(m["status"], "blocked");
+    assert_eq!(m["slot_view"]["pinned_by_signal"], true);
+    assert!(!ev.seen.iter().any(|x| x.seq > e.seq
+        && matches!(&x.kind, EventKind::Status { member, .. } if member.as_str() == "w1")));
+    // A process outside every member cannot signal.
+    let o = d.cli(&["signal", "idle"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not a member"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_report_status_by_signal() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--hooks", "--work-ms", "100"]))
+        .await;
+    let t = d.send("w1", "sum: 5").await;
+    ev.ticket(&t, "replied").await;
+    ev.until("working by signal", |e| matches!(&e.kind, EventKind::Status { member, to, cause, .. } if member.as_str() == "w1" && to.as_str() == "working" && cause == "signal")).await;
+    ev.until("idle by signal", |e| matches!(&e.kind, EventKind::Status { member, to, cause, .. } if member.as_str() == "w1" && to.as_str() == "idle" && cause == "signal")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_member_is_reaped_after_its_ttl() {
+    let mut c = test_config();
+    c.lifecycle.idle_ttl_seconds = 1;
+    let d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    ev.until(
+        "reap",
+        |e| matches!(&e.kind, EventKind::Reaped { member, .. } if member.as_str() == "w1"),
+    )
+    .await;
+    ev.until(
+        "exit",
+        |e| matches!(&e.kind, EventKind::Exited { member, .. } if member.as_str() == "w1"),
+    )
+    .await;
+    let m = d.member("w1").await;
+    assert_eq!(m["status"], "exited");
+    assert!(
+        m["exit"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("reaped: idle for 1 s (lifecycle.idle_ttl_seconds = 1)"),
+        "{m}"
+    );
+    let o = d.cli(&["status", "w1"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("reaped"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_architect_slot_holds_one_terminal_and_queues_the_next_spawn() {
+    let mut c = test_config();
+    c.lifecycle.spawn_wait_seconds = 2;
+    let d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.try_spawn(json!({"role": "architect", "name": "a1", "slot": "opus", "command": sim(&[])}))
+        .await
+        .unwrap();
+    let e = err_of(
+        d.try_spawn(
+            json!({"role": "architect", "name": "ax", "slot": "nope", "command": sim(&[])}),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(
+        e.accepted.contains("opus") && e.accepted.contains("sol"),
+        "{e}"
+    );
+    // a2 waits for opus; stopping a1 hands the slot over.
+    let client = d.client.clone();
+    let waiting = tokio::spawn(async move {
+        client
+            .post::<Value>(
+                "/members",
+                &json!({"role": "architect", "name": "a2", "slot": "opus", "command": sim(&[])}),
+            )
+            .await
+    });
+    ev.status("a1", "idle").await;
+    let list: Value = d.client.get("/members").await.unwrap();
+    let opus = list["architect_slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["slot"] == "opus")
+        .unwrap()
+        .clone();
+    assert_eq!(opus["member"], "a1");
+    let _: Value = d.client.delete("/members/a1").await.unwrap();
+    let a2 = waiting
+        .await
+        .unwrap()
+        .expect("a2 got the slot once a1 released it");
+    assert_eq!(a2["slot"], "opus");
+    // A third spawn into the busy slot fails clearly after the bounded wait.
+    let e = err_of(
+        d.try_spawn(
+            json!({"role": "architect", "name": "a3", "slot": "opus", "command": sim(&[])}),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.kind, fleetd_actors::error::ErrorKind::Timeout);
+    assert!(e.why.contains("`opus` stayed busy"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_shows_the_screen_takes_keys_and_detaches_without_stopping() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--work-ms", "10"])).await;
+    ev.status("w1", "idle").await;
+    let mut conn = d.client.attach("w1", 30, 100).await.unwrap();
+    let mut seen = String::new();
+    let mut buf = vec![0u8; 4096];
+    while !seen.contains("sim> ") {
+        let n = tokio::time::timeout(T, conn.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    conn.write_all(b"sum: 40 2\r").await.unwrap();
+    while !seen.contains("sum of 2 numbers = 42") {
+        let n = tokio::time::timeout(T, conn.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "attach closed early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    drop(conn);
+    // Detaching leaves the member running; a message still goes through.
+    let t = d.ask("w1", "sum: 1 1").await;
+    assert_eq!(t["reply"]["text"], "sum of 2 numbers = 2");
+    // Attach is the operator's: a member is refused.
+    d.spawn("w2", "worker", exec(&[])).await;
+    let r = d
+        .calls_as("w2", json!([{"run": ["fleetd", "screen", "w1"]}]))
+        .await;
+    assert!(
+        r[0]["stderr"].as_str().unwrap().contains("rule ATTACH"),
+        "{}",
+        r[0]
+    );
+}

@@ -1,0 +1,8 @@
+//! Integration tests: the real `fleetd` binary, sim agents in real PTYs, real sockets.
+
+mod common;
+mod config;
+mod durability;
+mod fleet;
+mod mcp;
+mod supervision;
