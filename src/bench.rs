@@ -218,7 +218,8 @@ async fn wait_idle(
     tokio::time::timeout(Duration::from_secs(10), fut).await
 }
 
-async fn send_to_pty(daemon: &Daemon, n: usize) -> anyhow::Result<Vec<Duration>> {
+/// Returns (send -> visible in the PTY, send -> REST answer).
+async fn send_to_pty(daemon: &Daemon, n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let fleet = &daemon.fleet;
     let client = Client::new(&daemon.layout.state_dir);
     let exe = std::env::current_exe()?.display().to_string();
@@ -232,6 +233,7 @@ async fn send_to_pty(daemon: &Daemon, n: usize) -> anyhow::Result<Vec<Duration>>
         .map_err(|_| anyhow::anyhow!("the sink agent never became idle"))?;
     let (_, mut screen) = fleet.attach(&Caller::Operator, "sink").await?;
     let mut out = Vec::with_capacity(n);
+    let mut phases = Vec::with_capacity(n);
     for i in 0..n + 10 {
         while screen.try_recv().is_ok() {}
         let t = Instant::now();
@@ -242,6 +244,7 @@ async fn send_to_pty(daemon: &Daemon, n: usize) -> anyhow::Result<Vec<Duration>>
             )
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let acked = t.elapsed();
         let ticket = v["ticket"]["id"].as_str().unwrap_or("").to_string();
         let needle = format!("ticket {ticket} ");
         let mut seen = String::new();
@@ -261,13 +264,14 @@ async fn send_to_pty(daemon: &Daemon, n: usize) -> anyhow::Result<Vec<Duration>>
         );
         if i >= 10 {
             out.push(t.elapsed());
+            phases.push(acked);
         }
         wait_idle(&mut ev, "sink")
             .await
             .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
     }
     let _ = fleet.stop(&Caller::Operator, "sink", false).await;
-    Ok(out)
+    Ok((out, phases))
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -293,10 +297,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         "raw PTY echo via cat (baseline)",
         tokio::task::spawn_blocking(move || pty_baseline(n)).await??,
     );
-    let ours_send = stats(
-        "send -> message in target PTY",
-        send_to_pty(&daemon, args.send_iterations).await?,
-    );
+    let (visible, acked) = send_to_pty(&daemon, args.send_iterations).await?;
+    let ours_send = stats("send -> message in target PTY", visible);
+    let acked = stats("  of which send -> durable ticket+queue", acked);
     let code = daemon.shutdown().await;
     anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
 
@@ -306,7 +309,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(o, b)| json!({"ours": o, "baseline": b, "p50_ratio": o.p50_us / b.p50_us, "p99_ratio": o.p99_us / b.p99_us}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"pairs": v, "send_ack": acked}))?
+        );
     } else {
         println!(
             "{:<38} {:>7} {:>10} {:>10} {:>10} {:>9}",
@@ -326,6 +332,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 o.p99_us / b.p99_us
             );
         }
+        println!(
+            "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
+            acked.name, acked.n, acked.p50_us, acked.p99_us, acked.mean_us, acked.per_sec
+        );
     }
     Ok(())
 }

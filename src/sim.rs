@@ -241,6 +241,7 @@ fn body_of(text: &str) -> &str {
 /// What a worker makes of a task: a small deterministic computation, so replies carry results.
 pub fn do_task(task: &str) -> String {
     let t = task.trim();
+    let t = t.strip_prefix("question:").map(str::trim).unwrap_or(t);
     if let Some(rest) = t.strip_prefix("sum:") {
         let nums: Vec<f64> = rest
             .split_whitespace()

@@ -445,19 +445,22 @@ async fn an_explicit_signal_wins_over_the_screen_rules() {
     let e = ev
         .until("signalled blocked", |e| matches!(&e.kind, EventKind::Status { member, to, cause, .. } if member.as_str() == "w1" && to.as_str() == "blocked" && cause == "signal"))
         .await;
-    // The agent shows its prompt again (seen through an attached terminal), but the signal holds.
+    // The agent shows its prompt again, but the signal holds. (Subscribe to the terminal first,
+    // then look at the screen; every output wakes us to look again.)
     {
         use tokio::io::AsyncReadExt;
         let mut conn = d.client.attach("w1", 40, 120).await.unwrap();
-        let mut seen = String::new();
         let mut buf = vec![0u8; 4096];
-        while !seen.contains("replied to t-1") || !seen.trim_end().ends_with("sim>") {
+        loop {
+            let screen = d.client.get_text("/members/w1/screen").await.unwrap();
+            if screen.contains("replied to t-1") && screen.trim_end().ends_with("sim>") {
+                break;
+            }
             let n = tokio::time::timeout(T, conn.read(&mut buf))
                 .await
                 .unwrap()
                 .unwrap();
             assert!(n > 0);
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     }
     let m = d.member("w1").await;
@@ -627,4 +630,161 @@ async fn attach_shows_the_screen_takes_keys_and_detaches_without_stopping() {
         "{}",
         r[0]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_asks_its_lead_and_gets_the_answer_within_the_bounded_wait() {
+    let d = D::start().await;
+    d.spawn("lead", "primary", sim(&["--work-ms", "10"])).await;
+    d.spawn("w1", "worker", exec(&[])).await;
+    let r = d
+        .calls_as(
+            "w1",
+            json!([{"tool": "fleet_ask", "args": {"question": "sum: 1 2"}}]),
+        )
+        .await;
+    let a = &r[0]["structured"];
+    assert_eq!(r[0]["is_error"], false, "{}", r[0]);
+    assert_eq!(a["answered"], true, "{a}");
+    assert_eq!(a["answer"], "sum of 2 numbers = 3");
+    assert_eq!(a["ticket"]["kind"], "ask");
+    assert_eq!(a["ticket"]["to"], "lead");
+    // The operator sees the ask ticket.
+    let all: Vec<Value> = d.client.get("/tickets").await.unwrap();
+    assert!(all.iter().any(|t| t["kind"] == "ask" && t["from"] == "w1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_nobody_answers_returns_the_open_ticket_after_the_bounded_wait() {
+    let mut c = test_config();
+    c.tickets.ask_wait_seconds = 1;
+    let d = D::with(c).await;
+    d.spawn("lead", "primary", sim(&["--ignore-input"])).await;
+    d.spawn("w1", "worker", exec(&[])).await;
+    let r = d
+        .calls_as(
+            "w1",
+            json!([{"tool": "fleet_ask", "args": {"question": "anyone?"}}]),
+        )
+        .await;
+    let a = &r[0]["structured"];
+    assert_eq!(a["answered"], false, "{a}");
+    assert_eq!(a["ticket"]["state"], "open");
+    assert!(
+        a["note"]
+            .as_str()
+            .unwrap()
+            .contains("tickets.ask_wait_seconds"),
+        "{a}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tcp_listener_requires_the_bearer_token() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let mut c = test_config();
+    c.api.tcp = Some(format!("127.0.0.1:{port}"));
+    c.api.token_file = Some(token_file.display().to_string());
+    let d = D::with(c).await;
+    let get = |auth: Option<&str>| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let auth = auth
+            .map(|a| format!("Authorization: Bearer {a}\r\n"))
+            .unwrap_or_default();
+        write!(
+            s,
+            "GET /status HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get(None).starts_with("HTTP/1.1 403"), "{}", get(None));
+    assert!(get(Some("wrong")).starts_with("HTTP/1.1 403"));
+    let ok = get(Some("s3cret"));
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(ok.contains("\"host\":\"local\""));
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    let o = d.cli(&[
+        "spawn",
+        "--role",
+        "worker",
+        "--name",
+        "w1",
+        "--",
+        &bin_str(),
+        "sim-agent",
+        "--work-ms",
+        "10",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("spawned w1 (worker)"));
+    ev.status("w1", "idle").await;
+    let o = d.cli(&["send", "w1", "sum:", "1", "2", "--wait", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ticket"]["reply"]["text"], "sum of 2 numbers = 3");
+    let table = String::from_utf8_lossy(&d.cli(&["list"]).stdout).to_string();
+    assert!(
+        table.lines().next().unwrap().starts_with("NAME")
+            && table.contains("w1")
+            && table.contains("worker"),
+        "{table}"
+    );
+    let v: Value = serde_json::from_slice(&d.cli(&["list", "--json"]).stdout).unwrap();
+    assert_eq!(v["members"][0]["name"], "w1");
+    let t = String::from_utf8_lossy(&d.cli(&["tickets"]).stdout).to_string();
+    assert!(
+        t.contains("t-1") && t.contains("replied") && t.contains("sum of 2 numbers = 3"),
+        "{t}"
+    );
+    let s = String::from_utf8_lossy(&d.cli(&["status", "w1"]).stdout).to_string();
+    assert!(s.contains("charter") && s.contains("sha256"), "{s}");
+    let s: Value = serde_json::from_slice(&d.cli(&["status", "--json"]).stdout).unwrap();
+    let live: u64 = s["members"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(live, 1, "{s}");
+    let e =
+        String::from_utf8_lossy(&d.cli(&["events", "--count", "3", "--json"]).stdout).to_string();
+    assert_eq!(e.lines().count(), 3, "{e}");
+    assert!(e.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()));
+    let o = d.cli(&["stop", "w1"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("w1 stopped: stopped by the operator"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // A refusal is printed as the daemon worded it, with a non-zero exit.
+    let o = d.cli(&["send", "nobody", "hi"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("there is no member `nobody`"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Without a state dir the CLI says how to give one.
+    let o = std::process::Command::new(bin())
+        .args(["list"])
+        .env_remove("FLEETD_STATE_DIR")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--state-dir"));
 }
