@@ -687,8 +687,8 @@ impl Fleet {
         Ok(())
     }
 
-    /// Open a ticket and queue its message; the ticket never dangles: if the queue refuses, the
-    /// ticket is marked undeliverable before the refusal is returned.
+    /// Open a ticket and queue its message, committing both in one transaction (the injector's);
+    /// the ticket never dangles: if the queue refuses, it is recorded as undeliverable.
     async fn ticketed(
         &self,
         kind: TicketKind,
@@ -710,6 +710,7 @@ impl Fleet {
                     msg: Some(msg_id),
                     body: body2,
                     ttl_ms,
+                    defer: true,
                     reply,
                 },
                 CALL,
@@ -732,6 +733,7 @@ impl Fleet {
                 .call(
                     |reply| InjectorMsg::Enqueue {
                         msg: Box::new(msg),
+                        ticket: Some(Box::new(ticket.clone())),
                         reply,
                     },
                     CALL,
@@ -744,11 +746,18 @@ impl Fleet {
             )),
         };
         if let Err(e) = queued {
+            // Never durable yet: this records it, as undeliverable, so it does not dangle.
             desk.cast(DeskMsg::Undeliverable {
                 ticket: ticket.id,
                 why: e.to_string(),
             });
             return Err(e);
+        }
+        // The ticket is durable now (with its message); tell a desk that restarted meanwhile.
+        if let Ok(d) = self.desk().await {
+            d.cast(DeskMsg::Known {
+                ticket: Box::new(ticket.clone()),
+            });
         }
         Ok(ticket)
     }

@@ -14,11 +14,15 @@ use crate::injector::state::{Effect, Injector, InjectorLimits, Message, ReceiptS
 use crate::slot::actor::SlotMsg;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
+use crate::tickets::state::Ticket;
 use crate::types::{MemberName, MsgId, Status};
 
 pub enum InjectorMsg {
+    /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
+    /// committed in the same transaction as the message, so a send costs one fsync.
     Enqueue {
         msg: Box<Message>,
+        ticket: Option<Box<Ticket>>,
         reply: RpcReplyPort<Result<Message, FleetError>>,
     },
     Target(TargetView),
@@ -55,6 +59,8 @@ pub struct InjectorActorState {
     core: Injector,
     timer: Timer,
     closed: bool,
+    /// A ticket to commit with the next batch (see `InjectorMsg::Enqueue`).
+    ride_along: Option<Ticket>,
 }
 
 fn limits(ctx: &SharedCtx) -> InjectorLimits {
@@ -119,12 +125,26 @@ impl InjectorActorState {
         self.flush(batch).await
     }
 
-    async fn flush(&mut self, batch: Batch) -> Result<(), FleetError> {
+    async fn flush(&mut self, mut batch: Batch) -> Result<(), FleetError> {
         if batch.is_empty() {
             return Ok(());
         }
+        let ticket = self.ride_along.take();
+        if let Some(t) = &ticket {
+            batch.tickets.push(t.clone());
+            batch.next_ticket = Some(t.id.0 + 1);
+        }
         let saved = batch.messages.clone();
         self.ctx.store.run(move |s| s.commit(&batch)).await?;
+        if let Some(t) = ticket {
+            self.ctx.events.emit(EventKind::Ticket {
+                ticket: t.id,
+                kind: t.kind,
+                from: t.from,
+                to: t.to,
+                state: t.state,
+            });
+        }
         for m in saved {
             if m.state == ReceiptState::Failed
                 && let (Some(t), Ok(desk)) = (m.ticket, self.ctx.dir.tickets())
@@ -180,6 +200,7 @@ impl Actor for InjectorActor {
             core,
             timer: Timer::new(),
             closed: false,
+            ride_along: None,
         })
     }
 
@@ -223,8 +244,9 @@ impl Actor for InjectorActor {
     ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
-            InjectorMsg::Enqueue { msg, reply } => {
+            InjectorMsg::Enqueue { msg, ticket, reply } => {
                 let id = msg.id;
+                st.ride_along = ticket.map(|t| *t);
                 match st.core.enqueue(*msg, now) {
                     Ok(fx) => {
                         let first = fx.iter().find_map(|e| match e {
@@ -237,6 +259,7 @@ impl Actor for InjectorActor {
                         }));
                     }
                     Err(e) => {
+                        st.ride_along = None;
                         let _ = reply.send(Err(e));
                     }
                 }

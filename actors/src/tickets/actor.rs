@@ -14,6 +14,8 @@ use crate::tickets::state::{Desk, Effect, Ticket, TicketKind};
 use crate::types::{Caller, MemberName, Millis, MsgId, Party, TicketId};
 
 pub enum DeskMsg {
+    /// Open a ticket. With `defer`, the new ticket is not committed here: the caller commits it
+    /// with the message that carries it (one transaction per send) and then sends `Known`.
     Open {
         kind: TicketKind,
         from: Party,
@@ -21,7 +23,13 @@ pub enum DeskMsg {
         msg: Option<MsgId>,
         body: String,
         ttl_ms: Millis,
+        defer: bool,
         reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    /// A ticket committed elsewhere (see `Open { defer }`); adopted if this desk restarted and
+    /// lost it in between.
+    Known {
+        ticket: Box<Ticket>,
     },
     Reply {
         caller: Caller,
@@ -197,12 +205,17 @@ impl Actor for DeskActor {
                 msg,
                 body,
                 ttl_ms,
+                defer,
                 reply,
             } => {
-                let (t, fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
+                let (t, mut fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
+                if defer {
+                    fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
+                }
                 let r = st.perform(fx).await.map(|_| t);
                 let _ = reply.send(r);
             }
+            DeskMsg::Known { ticket } => st.core.adopt(*ticket),
             DeskMsg::Reply {
                 caller,
                 ticket,

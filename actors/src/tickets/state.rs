@@ -188,6 +188,13 @@ impl Desk {
         (t, fx)
     }
 
+    /// A ticket committed by someone else (the injector, with its message): keep it if this desk
+    /// does not know it (it restarted in between).
+    pub fn adopt(&mut self, t: Ticket) {
+        self.next_id = self.next_id.max(t.id.0 + 1);
+        self.tickets.entry(t.id).or_insert(t);
+    }
+
     /// Attach the message id once the injector has queued it.
     pub fn set_msg(&mut self, id: TicketId, msg: MsgId) -> Vec<Effect> {
         match self.tickets.get_mut(&id) {
