@@ -161,6 +161,51 @@ pub enum Cmd {
     Fault { target: String },
     /// Reload the daemon's config file (same as SIGHUP).
     Reload,
+    /// Decisions recorded in the ledger.
+    Decision {
+        #[command(subcommand)]
+        cmd: DecisionCmd,
+    },
+    /// Offline checks of a ledger file.
+    Ledger {
+        #[command(subcommand)]
+        cmd: LedgerCmd,
+    },
+    /// Create a host key (mode 0600) and KEYFILE.pub; prints the public key.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecisionCmd {
+    /// Every decision, newest first, with age and missing slots.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One decision, whole: who said what in which round, timeouts, outcome, verdict.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCmd {
+    /// Recompute the hash chain and check every checkpoint; exits non-zero at the first bad
+    /// line (1), or on a torn final line (3).
+    Verify {
+        path: PathBuf,
+        /// The host's public key (base64, a .pub file, or a signed-note verifier key); without
+        /// it, `host.key.pub` beside the ledger if there is one.
+        #[arg(long)]
+        key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -373,6 +418,20 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             "config reload {}: {detail}",
             if *ok { "ok" } else { "refused" }
         ),
+        K::Decision {
+            decision,
+            action,
+            slot,
+            outcome,
+            ledger_seq: seq,
+        } => format!(
+            "{decision} {action}{}{}{}",
+            slot.as_ref()
+                .map(|s| format!(" by slot {s}"))
+                .unwrap_or_default(),
+            outcome.map(|o| format!(" ({o:?})")).unwrap_or_default(),
+            seq.map(|s| format!(" [ledger #{s}]")).unwrap_or_default()
+        ),
     };
     format!(
         "{:>6} {} {body}",
@@ -563,6 +622,31 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                             "  actors     {} supervised, {restarts} restarts",
                             v["children"].as_array().map_or(0, |a| a.len())
                         );
+                        println!("  public key {}", s(&v["public_key"]));
+                        println!(
+                            "  ledger     {} entries{}; verifier key {}",
+                            s(&v["ledger"]["entries"]),
+                            v["ledger"]["broken"]
+                                .as_str()
+                                .map(|b| format!(" (BROKEN: {b})"))
+                                .unwrap_or_default(),
+                            s(&v["ledger_vkey"])
+                        );
+                        let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
+                        println!(
+                            "  decisions  {} open{}",
+                            open.len(),
+                            open.iter()
+                                .map(|d| format!(
+                                    "; {} missing {}",
+                                    s(&d["id"]),
+                                    d["missing"]
+                                        .as_array()
+                                        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                        .unwrap_or_default()
+                                ))
+                                .collect::<String>()
+                        );
                         if let Some(e) = v["escalation"].as_str() {
                             println!("  ESCALATED  {e}");
                         }
@@ -701,6 +785,62 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .map_err(api)?;
             println!("fault injected into {target}");
         }
+        Cmd::Decision {
+            cmd: DecisionCmd::List { json },
+        } => {
+            let v: Value = client(&sd)?.get("/decisions").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                let rows = v
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            s(&d["id"]),
+                            s(&d["state"]),
+                            ago(Some(
+                                fleetd_actors::clock::Clock::now(
+                                    &fleetd_actors::clock::SystemClock,
+                                )
+                                .saturating_sub(d["age_ms"].as_u64().unwrap_or(0)),
+                            )),
+                            d["slots"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                .unwrap_or_default(),
+                            d["missing"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                .unwrap_or_default(),
+                            s(&d["deadline"]),
+                            fleetd_actors::types::truncate(d["subject"].as_str().unwrap_or(""), 50),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &[
+                        "DECISION", "STATE", "AGE", "SLOTS", "MISSING", "DEADLINE", "SUBJECT",
+                    ],
+                    rows,
+                );
+            }
+        }
+        Cmd::Decision {
+            cmd: DecisionCmd::Show { id, json },
+        } => {
+            let v: Value = client(&sd)?
+                .get(&format!("/decisions/{id}"))
+                .await
+                .map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                print_decision(&v);
+            }
+        }
         Cmd::Reload => {
             let v: Value = client(&sd)?
                 .post("/config/reload", &json!({}))
@@ -715,8 +855,171 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         | Cmd::Demo { .. }
         | Cmd::Bench(_)
         | Cmd::EchoServer
+        | Cmd::Ledger { .. }
+        | Cmd::Keygen { .. }
         | Cmd::PtyHost(_) => unreachable!("handled in main"),
     }
+    Ok(())
+}
+
+fn print_decision(v: &Value) {
+    println!("{}  {}", s(&v["id"]), s(&v["subject"]));
+    println!(
+        "  opened by {} at {}; deadline {}; at most {} rounds",
+        s(&v["opened_by"]),
+        s(&v["opened_at"]),
+        s(&v["deadline"]),
+        s(&v["max_rounds"])
+    );
+    println!(
+        "  convened: {}",
+        v["slots"]
+            .as_array()
+            .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    );
+    for r in v["records"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "  round {} {:<5} ({}) {} at {} [#{}]:\n      {}",
+            s(&r["round"]),
+            s(&r["slot"]),
+            s(&r["member"]),
+            s(&r["kind"]),
+            s(&r["at"]),
+            s(&r["seq"]),
+            s(&r["content"]).replace('\n', "\n      ")
+        );
+    }
+    for r in v["refused"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "  REFUSED round {} from {} (slot {}): {}",
+            s(&r["round"]),
+            s(&r["member"]),
+            s(&r["slot"]),
+            s(&r["why"])
+        );
+    }
+    match v.get("closed").filter(|c| !c.is_null()) {
+        None => println!("  OPEN: missing {}", {
+            let recorded: Vec<String> = v["records"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|r| s(&r["slot"]))
+                .collect();
+            v["slots"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(s)
+                .filter(|x| !recorded.contains(x))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }),
+        Some(c) => {
+            println!(
+                "  CLOSED {} by {} at {} [#{}]",
+                s(&c["outcome"]).to_uppercase(),
+                s(&c["by"]),
+                s(&c["at"]),
+                s(&c["seq"])
+            );
+            for o in c["slots"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "    {:<6} {}{}",
+                    s(&o["slot"]),
+                    s(&o["outcome"]),
+                    o["round"]
+                        .as_u64()
+                        .map(|r| format!(" (round {r})"))
+                        .unwrap_or_default()
+                );
+            }
+            println!("  verdict:   {}", s(&c["verdict"]));
+            println!("  rationale: {}", s(&c["rationale"]));
+        }
+    }
+}
+
+/// `fleetd ledger verify PATH [--key K]`: returns the exit code.
+pub fn ledger_verify(path: &Path, key: Option<&str>, json: bool) -> anyhow::Result<i32> {
+    use fleetd_actors::keys;
+    use fleetd_actors::ledger::state::verify;
+    let meta = std::fs::metadata(path).with_context(|| format!("ledger {}", path.display()))?;
+    anyhow::ensure!(
+        meta.len() <= fleetd_actors::ledger::actor::MAX_LEDGER_BYTES,
+        "{} is too large to verify here",
+        path.display()
+    );
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("ledger {}", path.display()))?;
+    let (key_text, key_source) = match key {
+        Some(k) if Path::new(k).exists() => {
+            (Some(std::fs::read_to_string(k)?), format!("--key {k}"))
+        }
+        Some(k) => (Some(k.to_string()), "--key".into()),
+        None => {
+            let p = path.with_file_name("host.key.pub");
+            match std::fs::read_to_string(&p) {
+                Ok(t) => (Some(t), p.display().to_string()),
+                Err(_) => (None, String::new()),
+            }
+        }
+    };
+    let vk = key_text
+        .as_deref()
+        .map(keys::parse_public)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match verify(&text, vk.as_ref()) {
+        Ok(r) => {
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                println!(
+                    "{}: {} entries, {} checkpoints ({}), head {}",
+                    path.display(),
+                    r.entries,
+                    r.checkpoints,
+                    if r.signatures_checked {
+                        format!("signatures verified with {key_source}")
+                    } else {
+                        "signatures NOT checked: no --key".into()
+                    },
+                    r.head
+                );
+                if !r.pending_checkpoints.is_empty() {
+                    println!(
+                        "note: checkpoints for entries {:?} are not written yet (a crash between an append and its checkpoint; the daemon writes them at start)",
+                        r.pending_checkpoints
+                    );
+                }
+            }
+            if let Some(line) = r.torn_tail {
+                eprintln!(
+                    "line {line}: torn final line (a crash during an append); the daemon truncates it at start"
+                );
+                return Ok(3);
+            }
+            Ok(0)
+        }
+        Err(bad) => {
+            if json {
+                print_json(&serde_json::json!({"bad": bad}));
+            }
+            eprintln!("{}: line {}: {}", path.display(), bad.line, bad.reason);
+            Ok(1)
+        }
+    }
+}
+
+/// `fleetd keygen --out FILE`.
+pub fn keygen(out: &Path) -> anyhow::Result<()> {
+    let k = fleetd_actors::keys::generate();
+    fleetd_actors::keys::save(out, &k).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("{}", fleetd_actors::keys::public_text(&k.verifying_key()));
     Ok(())
 }
 

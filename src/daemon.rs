@@ -74,6 +74,26 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The host key: `daemon.key_file`, or `STATE_DIR/host.key` (created at first start).
+fn load_or_create_key(
+    config: &Config,
+    state_dir: &Path,
+) -> anyhow::Result<ed25519_dalek::SigningKey> {
+    use fleetd_actors::keys;
+    match &config.daemon.key_file {
+        Some(f) => keys::load(Path::new(f)).map_err(|e| anyhow::anyhow!("{e}")),
+        None => {
+            let p = state_dir.join("host.key");
+            if !p.exists() {
+                let k = keys::generate();
+                keys::save(&p, &k).map_err(|e| anyhow::anyhow!("{e}"))?;
+                tracing::info!(path = %p.display(), public_key = %keys::public_text(&k.verifying_key()), "created the host key");
+            }
+            keys::load(&p).map_err(|e| anyhow::anyhow!("{e}"))
+        }
+    }
+}
+
 /// What the API actor needs to (re)bind its listeners.
 #[derive(Clone)]
 struct ApiArgs {
@@ -275,6 +295,7 @@ impl Daemon {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let events = Arc::new(EventBus::new(clock.clone(), 4096));
         let backend = Arc::new(term::HostBackend::new(&state_dir, fleetd_exe.clone())?);
+        let host_key = load_or_create_key(&config, &state_dir)?;
         let ctx: SharedCtx = Arc::new(Ctx::new(
             store,
             events,
@@ -284,6 +305,7 @@ impl Daemon {
             state_dir.clone(),
             fleetd_exe,
             last_msg,
+            host_key,
         ));
         let (fleet, join) = Fleet::boot(ctx.clone())
             .await
@@ -328,7 +350,6 @@ impl Daemon {
             }
         });
         tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
-        notify("READY=1");
         Ok(Daemon {
             fleet,
             layout,
@@ -378,6 +399,9 @@ impl Daemon {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        // Ready only once the signal handlers are in place: a SIGHUP or SIGTERM sent right after
+        // READY=1 must reach them, not the default action.
+        notify("READY=1");
         loop {
             tokio::select! {
                 _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use fleetd::cli::{Cli, Cmd, ConfigCmd};
+use fleetd::cli::{Cli, Cmd, ConfigCmd, LedgerCmd};
 use tracing_subscriber::EnvFilter;
 
 /// Logs go to stderr (stdout carries MCP for `fleetd mcp`). `RUST_LOG` overrides the default;
@@ -40,6 +40,15 @@ fn main() -> ExitCode {
         Cmd::Config {
             cmd: ConfigCmd::Check { file },
         } => fleetd::cli::config_check(file.as_deref()).map(|_| 0),
+        Cmd::Ledger {
+            cmd:
+                LedgerCmd::Verify {
+                    ref path,
+                    ref key,
+                    json,
+                },
+        } => fleetd::cli::ledger_verify(path, key.as_deref(), json),
+        Cmd::Keygen { ref out } => fleetd::cli::keygen(out).map(|_| 0),
         Cmd::Mcp { reconnect_secs } => {
             init_tracing("warn");
             let sd = cli.state_dir.clone().ok_or_else(|| {

@@ -140,6 +140,54 @@ pub struct StopArgs {
     pub drain: bool,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionArgs {
+    /// open (primary), position (architect), close (primary), or show.
+    pub action: String,
+    /// position, close, show: the decision, e.g. d-3.
+    pub decision_id: Option<String>,
+    /// open: what is being decided.
+    pub subject: Option<String>,
+    /// open: the configured architect slots convened (e.g. ["opus", "sol"]).
+    pub slots: Option<Vec<String>>,
+    /// open: the deadline, RFC 3339 (or use deadline_secs).
+    pub deadline: Option<String>,
+    /// open: the deadline in seconds from now (or use deadline).
+    pub deadline_secs: Option<u64>,
+    /// open: the round cap (default 2).
+    pub max_rounds: Option<u32>,
+    /// position: your slot's next round (1, then 2, ...).
+    pub round: Option<u32>,
+    /// position: `position` or `abstain`.
+    pub kind: Option<String>,
+    /// position: your position, or your reason to abstain.
+    pub content: Option<String>,
+    /// close: the lead's verdict (recorded, never interpreted).
+    pub verdict: Option<String>,
+    /// close: why.
+    pub rationale: Option<String>,
+}
+
+fn need<T>(v: Option<T>, field: &str, action: &str) -> Result<T, FleetError> {
+    v.ok_or_else(|| {
+        FleetError::invalid(
+            format!("fleet_decision {action}"),
+            format!("`{field}` is missing"),
+            match action {
+                "open" => {
+                    "{action: open, subject, slots: [..], deadline | deadline_secs, max_rounds?}"
+                }
+                "position" => {
+                    "{action: position, decision_id, round, kind: position|abstain, content}"
+                }
+                "close" => "{action: close, decision_id, verdict, rationale}",
+                _ => "{action: show, decision_id}",
+            },
+        )
+    })
+}
+
 /// The fleet tools, for one MCP connection whose peer is `pid`.
 #[derive(Clone)]
 pub struct FleetTools {
@@ -306,6 +354,74 @@ impl FleetTools {
                 format!("fleetd {} on {}", s.version, s.host)
             }),
         }
+    }
+
+    #[tool(
+        description = "The decision ledger. open (primary): convene architect slots on a subject with a deadline and a round cap; returns decision_id. position (architect): record your position or abstain for your slot's next round; the daemon stamps slot, round and time. close (primary): record the verdict once every convened slot has a position, an abstain, or (after the deadline) a timeout; the outcome is quorate or degraded. show: the whole record."
+    )]
+    async fn fleet_decision(
+        &self,
+        Parameters(a): Parameters<DecisionArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let action = a.action.clone();
+        let r: Result<serde_json::Value, FleetError> = async {
+            match action.as_str() {
+                "open" => {
+                    let req = fleetd_actors::fleet::OpenRequest {
+                        subject: need(a.subject, "subject", "open")?,
+                        slots: need(a.slots, "slots", "open")?,
+                        deadline: a.deadline,
+                        deadline_secs: a.deadline_secs,
+                        max_rounds: a.max_rounds,
+                    };
+                    let d = self.fleet.decision_open(&c, req).await?;
+                    Ok(serde_json::json!({"decision_id": d.id, "decision": d}))
+                }
+                "position" => {
+                    let id = need(a.decision_id, "decision_id", "position")?;
+                    let round = need(a.round, "round", "position")?;
+                    let kind = need(a.kind, "kind", "position")?;
+                    let content = need(a.content, "content", "position")?;
+                    let e = self
+                        .fleet
+                        .decision_record(&c, &id, round, &kind, content)
+                        .await?;
+                    Ok(serde_json::json!({"recorded": e}))
+                }
+                "close" => {
+                    let id = need(a.decision_id, "decision_id", "close")?;
+                    let verdict = need(a.verdict, "verdict", "close")?;
+                    let rationale = need(a.rationale, "rationale", "close")?;
+                    let d = self
+                        .fleet
+                        .decision_close(&c, &id, verdict, rationale)
+                        .await?;
+                    Ok(serde_json::json!({"decision": d}))
+                }
+                "show" => {
+                    let d = self
+                        .fleet
+                        .decision_show(&c, &need(a.decision_id, "decision_id", "show")?)?;
+                    Ok(serde_json::json!({"decision": d}))
+                }
+                other => Err(FleetError::invalid(
+                    format!("fleet_decision {other}"),
+                    "not an action",
+                    "open, position, close or show",
+                )),
+            }
+        }
+        .await;
+        done(r, |v| match action.as_str() {
+            "open" => format!("opened {}", v["decision_id"].as_str().unwrap_or("")),
+            "position" => format!("recorded as ledger entry {}", v["recorded"]["seq"]),
+            "close" => format!(
+                "closed: {}",
+                v["decision"]["closed"]["outcome"].as_str().unwrap_or("")
+            ),
+            _ => "the decision record".into(),
+        })
     }
 
     #[tool(

@@ -196,7 +196,9 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/messages/{id}", get(message))
         .route("/signal", post(signal))
         .route("/events", get(events))
-        .route("/config/reload", post(reload));
+        .route("/config/reload", post(reload))
+        .route("/decisions", get(decisions))
+        .route("/decisions/{id}", get(decision));
     let r = if cfg!(debug_assertions) {
         r.route("/debug/fault", post(fault))
     } else {
@@ -451,6 +453,27 @@ async fn signal(
     let c = api.caller(&peer);
     api.fleet.signal(&c, &b.status).await?;
     Ok(Json(serde_json::json!({"ok": true})))
+}
+
+async fn decisions(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.decision_list(&c)?).unwrap_or_default(),
+    ))
+}
+
+async fn decision(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.decision_show(&c, &id)?).unwrap_or_default(),
+    ))
 }
 
 async fn reload(

@@ -28,6 +28,9 @@ pub enum Script {
     Exec,
     /// Echo each message and show the prompt again at once (for benchmarks).
     Sink,
+    /// An architect: for a message naming `decision d-N` and `round R`, record a position (or
+    /// abstain) with fleet_decision, then reply with it.
+    Architect,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,6 +63,15 @@ pub struct SimArgs {
     /// Which MCP protocol era to speak to the shim.
     #[arg(long, value_enum, default_value_t = Era::Initialize)]
     pub mcp_era: Era,
+    /// Architect: the position it takes.
+    #[arg(long, default_value = "no strong view")]
+    pub stance: String,
+    /// Architect: abstain instead of taking a position.
+    #[arg(long)]
+    pub abstain: bool,
+    /// Architect: from round 2 on, adopt the other position quoted after `other:`.
+    #[arg(long)]
+    pub converge: bool,
 }
 
 const PROMPT: &str = "sim> ";
@@ -432,6 +444,10 @@ async fn main_loop(args: SimArgs) -> anyhow::Result<()> {
                     }
                 }
                 Script::Lead => lead_turn(&tools, &body, ticket.as_deref(), args.work_ms).await,
+                Script::Architect => {
+                    tokio::time::sleep(Duration::from_millis(args.work_ms)).await;
+                    architect_turn(&tools, &body, ticket.as_deref(), &args).await
+                }
             };
             out(&format!("\r\x1b[2K{result}\r\n{PROMPT}"));
             if args.hooks {
@@ -440,6 +456,59 @@ async fn main_loop(args: SimArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The number after `word ` in a text (e.g. `round 2`), or the `d-N` after `decision `.
+fn after<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let i = text.find(word)? + word.len();
+    let rest = text[i..].trim_start();
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|s| !s.is_empty())
+}
+
+async fn architect_turn(
+    tools: &tokio::sync::Mutex<Tools>,
+    body: &str,
+    ticket: Option<&str>,
+    args: &SimArgs,
+) -> String {
+    let (Some(decision), Some(round)) = (
+        after(body, "decision"),
+        after(body, "round").and_then(|r| r.parse::<u32>().ok()),
+    ) else {
+        return "✗ the brief names no `decision d-N` and `round R`".into();
+    };
+    let content = match body.split_once("other:") {
+        Some((_, other)) if args.converge && round > 1 => format!("agree with: {}", other.trim()),
+        _ => args.stance.clone(),
+    };
+    let kind = if args.abstain { "abstain" } else { "position" };
+    let mut t = tools.lock().await;
+    let recorded = t
+        .call("fleet_decision", json!({"action": "position", "decision_id": decision, "round": round, "kind": kind, "content": content}))
+        .await;
+    let note = match &recorded {
+        Ok(r) if r.is_error != Some(true) => {
+            format!("recorded {kind} for {decision} round {round}: {content}")
+        }
+        Ok(r) => format!(
+            "fleet_decision refused: {}",
+            r.content
+                .first()
+                .and_then(|c| c.as_text())
+                .map(|t| t.text.clone())
+                .unwrap_or_default()
+        ),
+        Err(e) => format!("fleet_decision failed: {e}"),
+    };
+    if let Some(tk) = ticket {
+        let _ = t
+            .call("fleet_reply", json!({"ticket": tk, "message": note}))
+            .await;
+    }
+    format!("✓ {note}")
 }
 
 async fn exec_calls(tools: &tokio::sync::Mutex<Tools>, body: &str) -> Value {

@@ -34,6 +34,8 @@ pub struct Config {
     #[serde(default)]
     pub api: ApiConfig,
     #[serde(default)]
+    pub ledger: LedgerConfig,
+    #[serde(default)]
     pub supervision: BTreeMap<String, RestartPolicyConfig>,
     #[serde(default)]
     pub architects: BTreeMap<String, ArchitectSlot>,
@@ -65,6 +67,9 @@ pub enum OnShutdown {
 #[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
     pub host: String,
+    /// The host's ed25519 key (`fleetd keygen --out FILE`); without it, `STATE_DIR/host.key`,
+    /// created at first start.
+    pub key_file: Option<String>,
     pub on_shutdown: OnShutdown,
     pub shutdown_deadline_secs: u64,
 }
@@ -73,6 +78,7 @@ impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
             host: "local".into(),
+            key_file: None,
             on_shutdown: OnShutdown::Keep,
             shutdown_deadline_secs: 10,
         }
@@ -159,6 +165,22 @@ impl Default for Limits {
         Limits {
             mailbox: 1024,
             max_request_bytes: 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// A signed checkpoint every this many entries (and at each close). Fixed in a ledger's
+    /// header when the ledger is created.
+    pub checkpoint_every: u64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig {
+            checkpoint_every: 16,
         }
     }
 }
@@ -397,6 +419,18 @@ impl Config {
                 ));
             }
         }
+        if self.ledger.checkpoint_every == 0 {
+            problems.push("ledger.checkpoint_every must be at least 1".into());
+        }
+        if self.daemon.host.is_empty()
+            || self
+                .daemon
+                .host
+                .chars()
+                .any(|c| c.is_whitespace() || c == '+' || c == '/')
+        {
+            problems.push(format!("daemon.host {:?} must be non-empty, without spaces, `+` or `/` (it names the ledger's origin)", self.daemon.host));
+        }
         if self.lifecycle.rows < 2 || self.lifecycle.cols < 10 {
             problems.push("lifecycle.rows must be >= 2 and lifecycle.cols >= 10".into());
         }
@@ -414,11 +448,10 @@ impl Config {
             }
         }
         for (kind, p) in &self.supervision {
-            if !["default", "registry", "tickets", "slot", "injector", "api"]
-                .contains(&kind.as_str())
-            {
+            if !KINDS.contains(&kind.as_str()) {
                 problems.push(format!(
-                    "supervision.{kind} is not a child kind (default, registry, tickets, slot, injector, api)"
+                    "supervision.{kind} is not a child kind ({})",
+                    KINDS.join(", ")
                 ));
             }
             if p.max_restarts == 0 && p.restart != Restart::Temporary {
@@ -456,6 +489,11 @@ impl Config {
         problems
     }
 }
+
+/// The supervised child kinds a `[supervision.KIND]` policy may name.
+pub const KINDS: &[&str] = &[
+    "default", "registry", "tickets", "ledger", "decision", "slot", "injector", "api",
+];
 
 /// Every `fleet_*` or `bridge_*` tool-like name in a text.
 pub fn tool_names_in(text: &str) -> Vec<String> {

@@ -19,11 +19,18 @@ use tokio::task::JoinHandle;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::decision::actor::DecisionMsg;
+use crate::decision::state::Decision;
 use crate::error::FleetError;
 use crate::events::EventBus;
+use crate::injector::actor::InjectorMsg;
+use crate::ledger::actor::LedgerMsg;
+use crate::registry::actor::RegistryMsg;
+use crate::slot::actor::SlotMsg;
 use crate::store::Store;
 use crate::term::TermBackend;
-use crate::types::{MemberIdentity, MemberName, Millis};
+use crate::tickets::actor::DeskMsg;
+use crate::types::{DecisionId, MemberIdentity, MemberName, Millis};
 
 /// A reference to an actor with a bound on the requests in flight to it. Every request from
 /// outside the actors (MCP, REST) goes through [`Mailbox::call`], so no actor's mailbox grows
@@ -100,12 +107,13 @@ impl<M: ractor::Message> Mailbox<M> {
 }
 
 /// Where each actor currently lives. Entries change when an actor restarts.
-pub struct Directory<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message>
-{
-    registry: RwLock<Option<Mailbox<R>>>,
-    tickets: RwLock<Option<Mailbox<T>>>,
-    slots: RwLock<HashMap<MemberName, Mailbox<S>>>,
-    injectors: RwLock<HashMap<MemberName, Mailbox<I>>>,
+pub struct Directory {
+    registry: RwLock<Option<Mailbox<RegistryMsg>>>,
+    tickets: RwLock<Option<Mailbox<DeskMsg>>>,
+    slots: RwLock<HashMap<MemberName, Mailbox<SlotMsg>>>,
+    injectors: RwLock<HashMap<MemberName, Mailbox<InjectorMsg>>>,
+    ledger: RwLock<Option<Mailbox<LedgerMsg>>>,
+    decisions: RwLock<HashMap<DecisionId, Mailbox<DecisionMsg>>>,
     /// Fired on every change, so callers can wait out an actor's restart.
     changed: tokio::sync::Notify,
 }
@@ -117,45 +125,43 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message> Default
-    for Directory<R, T, S, I>
-{
+impl Default for Directory {
     fn default() -> Self {
         Directory {
             registry: RwLock::new(None),
             tickets: RwLock::new(None),
             slots: RwLock::new(HashMap::new()),
             injectors: RwLock::new(HashMap::new()),
+            ledger: RwLock::new(None),
+            decisions: RwLock::new(HashMap::new()),
             changed: tokio::sync::Notify::new(),
         }
     }
 }
 
-impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Message>
-    Directory<R, T, S, I>
-{
-    pub fn registry(&self) -> Result<Mailbox<R>, FleetError> {
+impl Directory {
+    pub fn registry(&self) -> Result<Mailbox<RegistryMsg>, FleetError> {
         read(&self.registry)
             .clone()
             .ok_or_else(|| FleetError::unavailable("the registry", "it is restarting"))
     }
-    pub fn set_registry(&self, m: Option<Mailbox<R>>) {
+    pub fn set_registry(&self, m: Option<Mailbox<RegistryMsg>>) {
         *write(&self.registry) = m;
         self.changed.notify_waiters();
     }
-    pub fn tickets(&self) -> Result<Mailbox<T>, FleetError> {
+    pub fn tickets(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
         read(&self.tickets)
             .clone()
             .ok_or_else(|| FleetError::unavailable("the ticket desk", "it is restarting"))
     }
-    pub fn set_tickets(&self, m: Option<Mailbox<T>>) {
+    pub fn set_tickets(&self, m: Option<Mailbox<DeskMsg>>) {
         *write(&self.tickets) = m;
         self.changed.notify_waiters();
     }
-    pub fn slot(&self, name: &MemberName) -> Option<Mailbox<S>> {
+    pub fn slot(&self, name: &MemberName) -> Option<Mailbox<SlotMsg>> {
         read(&self.slots).get(name).cloned()
     }
-    pub fn set_slot(&self, name: &MemberName, m: Mailbox<S>) {
+    pub fn set_slot(&self, name: &MemberName, m: Mailbox<SlotMsg>) {
         write(&self.slots).insert(name.clone(), m);
         self.changed.notify_waiters();
     }
@@ -166,12 +172,35 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
             g.remove(name);
         }
     }
-    pub fn injector(&self, name: &MemberName) -> Option<Mailbox<I>> {
+    pub fn injector(&self, name: &MemberName) -> Option<Mailbox<InjectorMsg>> {
         read(&self.injectors).get(name).cloned()
     }
-    pub fn set_injector(&self, name: &MemberName, m: Mailbox<I>) {
+    pub fn set_injector(&self, name: &MemberName, m: Mailbox<InjectorMsg>) {
         write(&self.injectors).insert(name.clone(), m);
         self.changed.notify_waiters();
+    }
+
+    pub fn ledger(&self) -> Result<Mailbox<LedgerMsg>, FleetError> {
+        read(&self.ledger)
+            .clone()
+            .ok_or_else(|| FleetError::unavailable("the ledger writer", "it is restarting"))
+    }
+    pub fn set_ledger(&self, m: Option<Mailbox<LedgerMsg>>) {
+        *write(&self.ledger) = m;
+        self.changed.notify_waiters();
+    }
+    pub fn decision(&self, id: DecisionId) -> Option<Mailbox<DecisionMsg>> {
+        read(&self.decisions).get(&id).cloned()
+    }
+    pub fn set_decision(&self, id: DecisionId, m: Mailbox<DecisionMsg>) {
+        write(&self.decisions).insert(id, m);
+        self.changed.notify_waiters();
+    }
+    pub fn remove_decision(&self, id: DecisionId, actor: ractor::ActorId) {
+        let mut g = write(&self.decisions);
+        if g.get(&id).is_some_and(|m| m.actor.get_id() == actor) {
+            g.remove(&id);
+        }
     }
 
     /// Forget the registry / desk entry if it still points at actor `id` (it died).
@@ -182,7 +211,13 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
                 *g = None;
             }
         }
-        let mut g = write(&self.tickets);
+        {
+            let mut g = write(&self.tickets);
+            if g.as_ref().is_some_and(|m| m.actor.get_id() == id) {
+                *g = None;
+            }
+        }
+        let mut g = write(&self.ledger);
         if g.as_ref().is_some_and(|m| m.actor.get_id() == id) {
             *g = None;
         }
@@ -216,13 +251,8 @@ impl<R: ractor::Message, T: ractor::Message, S: ractor::Message, I: ractor::Mess
     }
 }
 
-/// The directory with the crate's message types filled in.
-pub type Dir = Directory<
-    crate::registry::actor::RegistryMsg,
-    crate::tickets::actor::DeskMsg,
-    crate::slot::actor::SlotMsg,
-    crate::injector::actor::InjectorMsg,
->;
+/// The directory (kept under its old name).
+pub type Dir = Directory;
 
 /// Everything the actor shells share.
 pub struct Ctx {
@@ -242,6 +272,12 @@ pub struct Ctx {
     pub started_at: Millis,
     /// Why the daemon escalated, once it has.
     pub escalation: Mutex<Option<String>>,
+    /// The host's ed25519 key: signs ledger checkpoints (and, later, drift lines).
+    pub host_key: ed25519_dalek::SigningKey,
+    /// Every decision, as replayed from the ledger and kept current by the decision actors
+    /// (the read model for list, status and show).
+    decisions: RwLock<std::collections::BTreeMap<DecisionId, Decision>>,
+    next_decision: AtomicU64,
 }
 
 impl Ctx {
@@ -255,6 +291,7 @@ impl Ctx {
         state_dir: PathBuf,
         fleetd_exe: PathBuf,
         last_msg_id: u64,
+        host_key: ed25519_dalek::SigningKey,
     ) -> Self {
         let started_at = clock.now();
         Ctx {
@@ -270,7 +307,39 @@ impl Ctx {
             fleetd_exe,
             started_at,
             escalation: Mutex::new(None),
+            host_key,
+            decisions: RwLock::new(Default::default()),
+            next_decision: AtomicU64::new(1),
         }
+    }
+
+    /// Replace the decision read model (at ledger recovery).
+    pub fn set_decisions(&self, ds: std::collections::BTreeMap<DecisionId, Decision>) {
+        let next = ds.keys().map(|d| d.0).max().unwrap_or(0) + 1;
+        self.next_decision.fetch_max(next, Ordering::SeqCst);
+        *write(&self.decisions) = ds;
+    }
+
+    /// Update one decision in the read model.
+    pub fn put_decision(&self, d: Decision) {
+        write(&self.decisions).insert(d.id, d);
+    }
+
+    pub fn decision_view(&self, id: DecisionId) -> Option<Decision> {
+        read(&self.decisions).get(&id).cloned()
+    }
+
+    pub fn decision_views(&self) -> Vec<Decision> {
+        read(&self.decisions).values().cloned().collect()
+    }
+
+    pub fn alloc_decision_id(&self) -> DecisionId {
+        DecisionId(self.next_decision.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// The ledger's origin line: `fleetd/<host>/ledger`.
+    pub fn ledger_origin(&self) -> String {
+        format!("fleetd/{}/ledger", self.config().daemon.host)
     }
 
     pub fn now(&self) -> Millis {

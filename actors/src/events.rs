@@ -16,7 +16,7 @@ use tokio::sync::broadcast;
 use crate::clock::SharedClock;
 use crate::injector::state::ReceiptState;
 use crate::tickets::state::{TicketKind, TicketState};
-use crate::types::{MemberName, Millis, MsgId, Party, Role, Status, TicketId};
+use crate::types::{DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
 
 /// One event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,6 +84,15 @@ pub enum EventKind {
     ConfigReloaded {
         ok: bool,
         detail: String,
+    },
+    /// A decision was opened, recorded on, closed, or a late record was refused.
+    Decision {
+        decision: DecisionId,
+        action: String,
+        slot: Option<String>,
+        outcome: Option<crate::decision::state::Outcome>,
+        /// The ledger entry's seq (none for a refusal or a deadline).
+        ledger_seq: Option<u64>,
     },
 }
 

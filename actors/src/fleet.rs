@@ -16,10 +16,14 @@ use tokio::sync::broadcast;
 
 use crate::authz::{Action, authorize, coordinator_row_visible};
 use crate::ctx::{Mailbox, SharedCtx};
+use crate::decision::actor::{DecisionActor, DecisionArgs, DecisionMsg, append as ledger_append};
+use crate::decision::state::{Decision, DecisionEvent, authorize_decide, validate_open};
 use crate::error::{ErrorKind, FleetError};
 use crate::events::EventKind;
 use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
 use crate::injector::state::{Message, ReceiptState};
+use crate::ledger::actor::{LedgerArgs, LedgerMsg, LedgerStatus, LedgerWriter};
+use crate::ledger::state::Entry;
 use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
 use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
 use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
@@ -27,7 +31,7 @@ use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
 use crate::term::{LaunchSpec, TermHandle};
 use crate::tickets::actor::{DeskActor, DeskMsg, WaitOutcome};
 use crate::tickets::state::{Ticket, TicketKind, TicketState};
-use crate::types::{Caller, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
+use crate::types::{Caller, DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
 
 const CALL: Duration = Duration::from_secs(10);
 /// How long a call waits for an actor that is being restarted to come back.
@@ -172,6 +176,58 @@ pub struct ListView {
     /// Absent (not empty) for every caller but the primary and the operator.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coordinator: Option<CoordinatorRow>,
+    /// Open decisions, with age and missing slots: the lead's (and the operator's) to see.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_decisions: Option<Vec<DecisionSummary>>,
+}
+
+/// A decision in listings.
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionSummary {
+    pub id: DecisionId,
+    pub subject: String,
+    /// `open`, or the outcome: `quorate` / `degraded`.
+    pub state: String,
+    pub slots: Vec<String>,
+    pub opened_by: String,
+    pub opened_at: String,
+    pub age_ms: Millis,
+    pub deadline: String,
+    pub deadline_passed: bool,
+    /// Convened slots with no record yet.
+    pub missing: Vec<String>,
+    pub records: usize,
+}
+
+impl DecisionSummary {
+    pub fn of(d: &Decision, now: Millis) -> Self {
+        DecisionSummary {
+            id: d.id,
+            subject: d.subject.clone(),
+            state: match &d.closed {
+                None => "open".into(),
+                Some(c) => format!("{:?}", c.outcome).to_lowercase(),
+            },
+            slots: d.slots.clone(),
+            opened_by: d.opened_by.clone(),
+            opened_at: d.opened_at.clone(),
+            age_ms: now.saturating_sub(d.opened_ms),
+            deadline: d.deadline.clone(),
+            deadline_passed: now > d.deadline_ms,
+            missing: d.missing(),
+            records: d.records.len(),
+        }
+    }
+}
+
+/// What `fleet_decision open` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct OpenRequest {
+    pub subject: String,
+    pub slots: Vec<String>,
+    pub deadline: Option<String>,
+    pub deadline_secs: Option<u64>,
+    pub max_rounds: Option<u32>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -186,6 +242,11 @@ pub struct DaemonStatus {
     pub open_tickets: usize,
     pub children: Vec<ChildView>,
     pub escalation: Option<String>,
+    /// The host's public key (base64) and its signed-note verifier key for the ledger.
+    pub public_key: String,
+    pub ledger_vkey: String,
+    pub ledger: Option<LedgerStatus>,
+    pub open_decisions: Vec<DecisionSummary>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -268,6 +329,34 @@ impl Fleet {
                 }),
             })
             .await?;
+        let c3 = ctx.clone();
+        fleet
+            .start_child(ChildSpec {
+                id: "ledger".into(),
+                kind: "ledger",
+                on_down: Some(Arc::new({
+                    let c = ctx.clone();
+                    move |id| c.dir.remove_singleton(id)
+                })),
+                start: Arc::new(move |sup| {
+                    let c = c3.clone();
+                    Box::pin(async move {
+                        let (r, _) =
+                            Actor::spawn_linked(None, LedgerWriter, LedgerArgs { ctx: c }, sup)
+                                .await
+                                .map_err(|e| {
+                                    FleetError::internal("ledger writer start", e.to_string())
+                                })?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            })
+            .await?;
+        for d in ctx.decision_views().into_iter().filter(|d| d.is_open()) {
+            if let Err(e) = fleet.start_decision(d.id).await {
+                tracing::error!(decision = %d.id, error = %e, "could not start the decision record");
+            }
+        }
         let members = fleet.registry_members().await?;
         let live: Vec<MemberRecord> = members.into_iter().filter(|m| m.is_live()).collect();
         ctx.term.sweep(
@@ -299,6 +388,31 @@ impl Fleet {
                 "the supervisor did not answer",
             )),
         }
+    }
+
+    /// Start the supervised record of an open decision (it rebuilds itself from the ledger).
+    async fn start_decision(&self, id: DecisionId) -> Result<(), FleetError> {
+        let (c, c2) = (self.ctx.clone(), self.ctx.clone());
+        self.start_child(ChildSpec {
+            id: format!("decision:{id}"),
+            kind: "decision",
+            on_down: Some(Arc::new(move |actor| c.dir.remove_decision(id, actor))),
+            start: Arc::new(move |sup| {
+                let args = DecisionArgs {
+                    ctx: c2.clone(),
+                    id,
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, DecisionActor, args, sup)
+                        .await
+                        .map_err(|e| {
+                            FleetError::internal("decision record start", e.to_string())
+                        })?;
+                    Ok(r.get_cell())
+                })
+            }),
+        })
+        .await
     }
 
     /// Start (or re-adopt, with `handle: None`) a member's slot and injector.
@@ -1050,11 +1164,13 @@ impl Fleet {
         };
         let mut members: Vec<MemberView> = members.iter().map(MemberView::from).collect();
         members.sort_by_key(|m| (m.status == Status::Exited, m.spawned_at));
+        let open_decisions = coordinator_row_visible(caller).then(|| self.open_decisions());
         Ok(ListView {
             host,
             members,
             architect_slots,
             coordinator,
+            open_decisions,
         })
     }
 
@@ -1123,6 +1239,12 @@ impl Fleet {
             _ => vec![],
         };
         let now = self.ctx.now();
+        let escalation = self
+            .ctx
+            .escalation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         Ok(DaemonStatus {
             host: self.ctx.config().daemon.host.clone(),
             version: env!("CARGO_PKG_VERSION"),
@@ -1133,13 +1255,222 @@ impl Fleet {
             members: by_status,
             open_tickets,
             children,
-            escalation: self
-                .ctx
-                .escalation
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            escalation,
+            public_key: crate::keys::public_text(&self.ctx.host_key.verifying_key()),
+            ledger_vkey: crate::keys::vkey(
+                &self.ctx.ledger_origin(),
+                &self.ctx.host_key.verifying_key(),
+            ),
+            ledger: match self.ctx.dir.ledger() {
+                Ok(l) => l.call(|reply| LedgerMsg::Status { reply }, CALL).await.ok(),
+                Err(_) => None,
+            },
+            open_decisions: self.open_decisions(),
         })
+    }
+
+    fn open_decisions(&self) -> Vec<DecisionSummary> {
+        let now = self.ctx.now();
+        self.ctx
+            .decision_views()
+            .iter()
+            .filter(|d| d.is_open())
+            .map(|d| DecisionSummary::of(d, now))
+            .collect()
+    }
+
+    // ---- decisions --------------------------------------------------------------------
+
+    /// `fleet_decision open` (primary only): convene slots on a subject, with a deadline fixed
+    /// by the daemon's clock and a round cap. Durable in the ledger before it returns.
+    pub async fn decision_open(
+        &self,
+        caller: &Caller,
+        req: OpenRequest,
+    ) -> Result<Decision, FleetError> {
+        let author = authorize_decide(caller, "fleet_decision open")?;
+        let now = self.ctx.now();
+        let deadline_ms = match (&req.deadline, req.deadline_secs) {
+            (Some(t), None) => chrono::DateTime::parse_from_rfc3339(t)
+                .map(|t| t.timestamp_millis().max(0) as Millis)
+                .map_err(|e| {
+                    FleetError::invalid(
+                        "fleet_decision open",
+                        format!("deadline {t:?} is not RFC 3339: {e}"),
+                        "e.g. 2026-12-02T18:00:00Z, or deadline_secs",
+                    )
+                })?,
+            (None, Some(secs)) => now + secs.saturating_mul(1000),
+            _ => {
+                return Err(FleetError::invalid(
+                    "fleet_decision open",
+                    "it needs exactly one of deadline and deadline_secs",
+                    "deadline (RFC 3339) or deadline_secs (seconds from now)",
+                ));
+            }
+        };
+        let max_rounds = req.max_rounds.unwrap_or(2);
+        let configured: Vec<String> = self.ctx.config().architects.keys().cloned().collect();
+        validate_open(
+            &req.subject,
+            &req.slots,
+            &configured,
+            deadline_ms,
+            max_rounds,
+            now,
+        )?;
+        let id = self.ctx.alloc_decision_id();
+        let event = DecisionEvent::Open {
+            decision: id,
+            subject: req.subject,
+            slots: req.slots,
+            deadline: crate::clock::rfc3339(deadline_ms),
+            max_rounds,
+        };
+        let entry = ledger_append(&self.ctx, author, event).await?;
+        let d = Decision::opened(&entry).ok_or_else(|| {
+            FleetError::internal("fleet_decision open", "the entry is not an open")
+        })?;
+        self.ctx.put_decision(d.clone());
+        self.ctx.events.emit(crate::events::EventKind::Decision {
+            decision: id,
+            action: "open".into(),
+            slot: None,
+            outcome: None,
+            ledger_seq: Some(entry.seq),
+        });
+        tracing::info!(decision = %id, slots = ?d.slots, deadline = %d.deadline, "decision opened");
+        self.start_decision(id).await?;
+        Ok(d)
+    }
+
+    fn decision_id(id: &str) -> Result<DecisionId, FleetError> {
+        id.parse()
+    }
+
+    async fn decision_actor(
+        &self,
+        id: DecisionId,
+        what: &str,
+    ) -> Result<Mailbox<DecisionMsg>, FleetError> {
+        match self.ctx.decision_view(id) {
+            None => Err(FleetError::not_found(
+                what,
+                format!("there is no decision {id}"),
+                "a decision id from fleet_decision open or fleetd decision list",
+            )),
+            Some(d) if !d.is_open() => Err(FleetError::conflict(
+                what,
+                format!(
+                    "{id} is closed ({})",
+                    d.closed
+                        .map(|c| format!("{:?}", c.outcome).to_lowercase())
+                        .unwrap_or_default()
+                ),
+                "a call on an open decision",
+            )),
+            Some(_) => self
+                .ctx
+                .dir
+                .wait_for(|d| d.decision(id), RIDE_OUT)
+                .await
+                .ok_or_else(|| FleetError::unavailable(what, "its record is restarting")),
+        }
+    }
+
+    /// `fleet_decision position` (architect only): the slot, round and time come from the
+    /// connection and the daemon's clock.
+    pub async fn decision_record(
+        &self,
+        caller: &Caller,
+        id: &str,
+        round: u32,
+        kind: &str,
+        content: String,
+    ) -> Result<Entry, FleetError> {
+        let what = "fleet_decision position";
+        crate::decision::state::authorize_position(caller, what)?;
+        let abstain = match kind {
+            "position" => false,
+            "abstain" => true,
+            other => {
+                return Err(FleetError::invalid(
+                    what,
+                    format!("kind {other:?} is not a kind"),
+                    "position or abstain",
+                ));
+            }
+        };
+        let id = Self::decision_id(id)?;
+        let a = self.decision_actor(id, what).await?;
+        let c = caller.clone();
+        a.call(
+            |reply| DecisionMsg::Record {
+                caller: c,
+                round,
+                abstain,
+                content,
+                reply,
+            },
+            Duration::from_secs(40),
+        )
+        .await?
+    }
+
+    /// `fleet_decision close` (primary only): refused unless every convened slot has a terminal
+    /// outcome. The daemon never reads the verdict for meaning.
+    pub async fn decision_close(
+        &self,
+        caller: &Caller,
+        id: &str,
+        verdict: String,
+        rationale: String,
+    ) -> Result<Decision, FleetError> {
+        let what = "fleet_decision close";
+        authorize_decide(caller, what)?;
+        let id = Self::decision_id(id)?;
+        let a = self.decision_actor(id, what).await?;
+        let c = caller.clone();
+        a.call(
+            |reply| DecisionMsg::Close {
+                caller: c,
+                verdict,
+                rationale,
+                reply,
+            },
+            Duration::from_secs(40),
+        )
+        .await??;
+        self.ctx
+            .decision_view(id)
+            .ok_or_else(|| FleetError::internal(what, "closed decision vanished"))
+    }
+
+    /// One decision, whole (READ).
+    pub fn decision_show(&self, caller: &Caller, id: &str) -> Result<Decision, FleetError> {
+        authorize(caller, &Action::Read, "decision show")?;
+        let id = Self::decision_id(id)?;
+        self.ctx.decision_view(id).ok_or_else(|| {
+            FleetError::not_found(
+                format!("decision {id}"),
+                "no such decision",
+                "a decision id from fleetd decision list",
+            )
+        })
+    }
+
+    /// Every decision, newest first (READ).
+    pub fn decision_list(&self, caller: &Caller) -> Result<Vec<DecisionSummary>, FleetError> {
+        authorize(caller, &Action::Read, "decision list")?;
+        let now = self.ctx.now();
+        let mut v: Vec<DecisionSummary> = self
+            .ctx
+            .decision_views()
+            .iter()
+            .map(|d| DecisionSummary::of(d, now))
+            .collect();
+        v.reverse();
+        Ok(v)
     }
 
     pub async fn member_status(
@@ -1375,6 +1706,17 @@ impl Fleet {
                 "this is a release build",
                 "a debug build",
             ));
+        }
+        if let Some(id) = target.strip_prefix("decision:") {
+            let id: DecisionId = id.parse()?;
+            self.ctx
+                .dir
+                .decision(id)
+                .ok_or_else(|| {
+                    FleetError::not_found(target, "no such open decision", "decision:d-N")
+                })?
+                .cast(DecisionMsg::Panic);
+            return Ok(());
         }
         match target {
             "registry" => self.registry().await?.cast(RegistryMsg::Panic),

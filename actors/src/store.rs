@@ -13,16 +13,18 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::decision::state::Refused;
 use crate::error::FleetError;
 use crate::injector::state::Message;
 use crate::registry::state::MemberRecord;
 use crate::tickets::state::Ticket;
-use crate::types::{MemberName, MsgId, TicketId};
+use crate::types::{DecisionId, MemberName, MsgId, TicketId};
 
 const MEMBERS: TableDefinition<&str, &[u8]> = TableDefinition::new("members");
 const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
 const TICKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("tickets");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const REFUSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_refusals");
 
 const NEXT_TICKET: &str = "next_ticket";
 
@@ -116,6 +118,7 @@ impl Store {
             tx.open_table(MESSAGES)?;
             tx.open_table(TICKETS)?;
             tx.open_table(META)?;
+            tx.open_table(REFUSALS)?;
         }
         tx.commit()?;
         Ok(Store { db: Arc::new(db) })
@@ -253,6 +256,32 @@ impl Store {
         }
         tx.commit()?;
         Ok(excess)
+    }
+
+    /// Refused late positions, per decision (they are not ledger entries: only accepted events
+    /// are; these stay visible beside them).
+    pub fn load_refusals(&self) -> Result<Vec<(DecisionId, Vec<Refused>)>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REFUSALS)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((
+                DecisionId(k.value()),
+                dec(&format!("refusals of d-{}", k.value()), v.value())?,
+            ));
+        }
+        Ok(out)
+    }
+
+    pub fn save_refusals(&self, id: DecisionId, r: &[Refused]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(REFUSALS)?;
+            t.insert(id.0, enc(&r).as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     pub fn load_tickets(&self) -> Result<(Vec<Ticket>, u64), StoreError> {

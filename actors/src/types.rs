@@ -223,6 +223,7 @@ macro_rules! prefixed_id {
 
 prefixed_id!(TicketId, "t", "ticket");
 prefixed_id!(MsgId, "m", "message");
+prefixed_id!(DecisionId, "d", "decision");
 
 /// Who sent something: the operator (CLI/REST outside every member) or a member.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -58,6 +58,12 @@ async fn kill9_and_restart_lose_no_queued_message_or_open_ticket() {
             format!("sum of 1 numbers = {}", i + 1)
         );
     }
+    // The last reply is in; once the worker is back at its prompt its screen is complete.
+    let last = ev.seen.last().map(|e| e.seq).unwrap_or(0);
+    ev.until("idle after the last reply", |e| {
+        e.seq > last && matches!(&e.kind, EventKind::Status { member, to, .. } if member.as_str() == "w1" && to.as_str() == "idle")
+    })
+    .await;
     let all: Vec<Value> = d.client.get("/tickets").await.unwrap();
     assert_eq!(all.len(), 3, "no duplicate tickets");
     let screen = d.client.get_text("/members/w1/screen").await.unwrap();

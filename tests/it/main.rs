@@ -4,5 +4,6 @@ mod common;
 mod config;
 mod durability;
 mod fleet;
+mod ledger;
 mod mcp;
 mod supervision;

@@ -70,9 +70,10 @@ pub fn text(r: &CallToolResult) -> String {
         .join("\n")
 }
 
-const TOOLS: [&str; 10] = [
+const TOOLS: [&str; 11] = [
     "fleet_ack",
     "fleet_ask",
+    "fleet_decision",
     "fleet_list",
     "fleet_poll",
     "fleet_reply",

@@ -1,0 +1,308 @@
+//! A decision record: one supervised actor per open decision. It checks each record and the
+//! close against the decision core, has the ledger writer append (and sync) the accepted ones
+//! before answering, keeps the read model current, and records refused late positions where
+//! they stay visible. A restart rebuilds it from the ledger file. Must never append without the
+//! core's consent, and never close a decision by itself.
+
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::ctx::{Mailbox, SharedCtx};
+use crate::decision::state::{
+    Decision, DecisionEvent, Refused, authorize_decide, authorize_position, replay,
+};
+use crate::error::{ErrorKind, FleetError};
+use crate::events::EventKind;
+use crate::ledger::actor::LedgerMsg;
+use crate::ledger::state::{Author, Entry, entries};
+use crate::types::{Caller, DecisionId};
+
+pub enum DecisionMsg {
+    Record {
+        caller: Caller,
+        round: u32,
+        abstain: bool,
+        content: String,
+        reply: RpcReplyPort<Result<Entry, FleetError>>,
+    },
+    Close {
+        caller: Caller,
+        verdict: String,
+        rationale: String,
+        reply: RpcReplyPort<Result<Entry, FleetError>>,
+    },
+    /// The deadline has passed (by the daemon's clock): say so, and which slots timed out.
+    Deadline,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+pub struct DecisionArgs {
+    pub ctx: SharedCtx,
+    pub id: DecisionId,
+}
+
+pub struct DecisionActor;
+
+pub struct DecisionState {
+    ctx: SharedCtx,
+    d: Decision,
+}
+
+/// Append through the ledger writer and wait until the entry is synced.
+pub async fn append(
+    ctx: &SharedCtx,
+    author: Author,
+    event: DecisionEvent,
+) -> Result<Entry, FleetError> {
+    let ledger = match ctx
+        .dir
+        .wait_for(|d| d.ledger().ok(), Duration::from_secs(5))
+        .await
+    {
+        Some(l) => l,
+        None => ctx.dir.ledger()?,
+    };
+    ledger
+        .call(
+            |reply| LedgerMsg::Append {
+                author,
+                event,
+                reply,
+            },
+            Duration::from_secs(30),
+        )
+        .await?
+}
+
+impl DecisionState {
+    fn publish(&self, e: &Entry) {
+        self.ctx.put_decision(self.d.clone());
+        let (kind, slot, outcome) = match &e.event {
+            DecisionEvent::Open { .. } => ("open", None, None),
+            DecisionEvent::Position { slot, .. } => ("position", Some(slot.clone()), None),
+            DecisionEvent::Abstain { slot, .. } => ("abstain", Some(slot.clone()), None),
+            DecisionEvent::Close { outcome, .. } => ("close", None, Some(*outcome)),
+        };
+        self.ctx.events.emit(EventKind::Decision {
+            decision: self.d.id,
+            action: kind.into(),
+            slot,
+            outcome,
+            ledger_seq: Some(e.seq),
+        });
+    }
+}
+
+impl Actor for DecisionActor {
+    type Msg = DecisionMsg;
+    type State = DecisionState;
+    type Arguments = DecisionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<DecisionMsg>,
+        args: DecisionArgs,
+    ) -> Result<DecisionState, ActorProcessingErr> {
+        let ctx = args.ctx;
+        let id = args.id;
+        // Rebuild from the ledger file itself (and the refusals the store kept).
+        let path = ctx.state_dir.join("ledger.jsonl");
+        let text = tokio::task::spawn_blocking(move || std::fs::read_to_string(path)).await??;
+        let mine: Vec<Entry> = entries(&text)
+            .into_iter()
+            .filter(|e| e.event.decision() == id)
+            .collect();
+        let mut d = replay(&mine)
+            .remove(&id)
+            .ok_or_else(|| FleetError::internal(format!("decision {id}"), "not in the ledger"))?;
+        d.refused = ctx
+            .store
+            .run(move |s| s.load_refusals())
+            .await?
+            .into_iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, r)| r)
+            .unwrap_or_default();
+        ctx.put_decision(d.clone());
+        ctx.dir.set_decision(
+            id,
+            Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("decision {id}")),
+        );
+        Ok(DecisionState { ctx, d })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<DecisionMsg>,
+        st: &mut DecisionState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Wake at the deadline to say it has passed (and which slots timed out).
+        let wait = st.d.deadline_ms.saturating_sub(st.ctx.now()) + 1;
+        myself.send_after(Duration::from_millis(wait), || DecisionMsg::Deadline);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<DecisionMsg>,
+        st: &mut DecisionState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.ctx.dir.remove_decision(st.d.id, myself.get_id());
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<DecisionMsg>,
+        msg: DecisionMsg,
+        st: &mut DecisionState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            DecisionMsg::Record {
+                caller,
+                round,
+                abstain,
+                content,
+                reply,
+            } => {
+                let what = format!("fleet_decision position on {}", st.d.id);
+                let (author, slot) = match authorize_position(&caller, &what) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                if let Err(e) = st.d.check_record(&slot, round, &content, now) {
+                    if e.kind == ErrorKind::Late {
+                        // Refused and kept visible: in the record, the store, the log and the events.
+                        tracing::warn!(decision = %st.d.id, %slot, member = %author.member, round, why = %e.why, "late position refused");
+                        st.d.refused.push(Refused {
+                            slot: Some(slot.clone()),
+                            member: author.member.clone(),
+                            round,
+                            at: now,
+                            why: e.why.clone(),
+                        });
+                        let (id, refused) = (st.d.id, st.d.refused.clone());
+                        if let Err(se) = st
+                            .ctx
+                            .store
+                            .run(move |s| s.save_refusals(id, &refused))
+                            .await
+                        {
+                            tracing::error!(error = %se, "could not persist a refused position");
+                        }
+                        st.ctx.put_decision(st.d.clone());
+                        st.ctx.events.emit(EventKind::Decision {
+                            decision: st.d.id,
+                            action: "refused".into(),
+                            slot: Some(slot),
+                            outcome: None,
+                            ledger_seq: None,
+                        });
+                    }
+                    let _ = reply.send(Err(e));
+                    return Ok(());
+                }
+                let event = if abstain {
+                    DecisionEvent::Abstain {
+                        decision: st.d.id,
+                        slot,
+                        round,
+                        content,
+                    }
+                } else {
+                    DecisionEvent::Position {
+                        decision: st.d.id,
+                        slot,
+                        round,
+                        content,
+                    }
+                };
+                match append(&st.ctx, author, event).await {
+                    Ok(e) => {
+                        st.d.apply(&e);
+                        st.publish(&e);
+                        let _ = reply.send(Ok(e));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            DecisionMsg::Close {
+                caller,
+                verdict,
+                rationale,
+                reply,
+            } => {
+                let what = format!("fleet_decision close of {}", st.d.id);
+                let author = match authorize_decide(&caller, &what) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let (outcome, slots) = match st.d.check_close(now) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let event = DecisionEvent::Close {
+                    decision: st.d.id,
+                    outcome,
+                    slots,
+                    verdict,
+                    rationale,
+                };
+                match append(&st.ctx, author, event).await {
+                    Ok(e) => {
+                        st.d.apply(&e);
+                        st.publish(&e);
+                        tracing::info!(decision = %st.d.id, ?outcome, "decision closed");
+                        let _ = reply.send(Ok(e));
+                        myself.stop(Some("decision closed".into()));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            DecisionMsg::Deadline => {
+                if now <= st.d.deadline_ms {
+                    // Woken early (clock skew): look again at the deadline.
+                    myself.send_after(Duration::from_millis(st.d.deadline_ms - now + 1), || {
+                        DecisionMsg::Deadline
+                    });
+                } else if st.d.is_open() {
+                    let missing = st.d.missing();
+                    tracing::info!(decision = %st.d.id, timed_out = ?missing, "decision deadline passed");
+                    st.ctx.events.emit(EventKind::Decision {
+                        decision: st.d.id,
+                        action: if missing.is_empty() {
+                            "deadline".into()
+                        } else {
+                            format!("deadline: timed out {}", missing.join(", "))
+                        },
+                        slot: None,
+                        outcome: None,
+                        ledger_seq: None,
+                    });
+                }
+            }
+            DecisionMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in decision {}", st.d.id);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,4 @@
+//! See `state.rs` for the rules and `actor.rs` for the shell.
+
+pub mod actor;
+pub mod state;

@@ -1,0 +1,233 @@
+//! Host keys and C2SP signed notes.
+//!
+//! Owns the host's ed25519 key format on disk (a 32-byte seed, base64, file mode 0600; the public
+//! half in `KEY.pub`), the public-key text every other place uses (standard base64 of the 32-byte
+//! key), and signed notes as specified by C2SP (`signed-note`): the key ID, the signature line,
+//! the verifier-key text (`name+hash+base64(0x01||key)`), signing and verifying. Must never
+//! write a private key anywhere but the key file, nor log it.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::error::FleetError;
+
+/// The signature algorithm byte of ed25519 in signed notes.
+const ALG_ED25519: u8 = 0x01;
+
+/// A fresh host key.
+pub fn generate() -> SigningKey {
+    SigningKey::generate(&mut rand::rng())
+}
+
+/// The public key as text: standard base64 of the 32 bytes.
+pub fn public_text(k: &VerifyingKey) -> String {
+    B64.encode(k.to_bytes())
+}
+
+/// Parse a public key: base64 of 32 bytes, or a signed-note verifier key (`name+hash+base64`).
+pub fn parse_public(s: &str) -> Result<VerifyingKey, FleetError> {
+    let s = s.trim();
+    let bad = |why: String| {
+        FleetError::invalid(
+            format!("public key `{}`", crate::types::truncate(s, 60)),
+            why,
+            "base64 of a 32-byte ed25519 key (as `fleetd keygen` prints it), or a signed-note verifier key name+hash+key",
+        )
+    };
+    // Plain base64 of 32 bytes (which may itself contain `+`), else a verifier key.
+    if let Ok(raw) = B64.decode(s)
+        && let Ok(k) = <[u8; 32]>::try_from(raw.as_slice())
+    {
+        return VerifyingKey::from_bytes(&k).map_err(|e| bad(e.to_string()));
+    }
+    if let Some((name, rest)) = s.split_once('+') {
+        let (hash, key) = rest
+            .split_once('+')
+            .ok_or_else(|| bad("a verifier key has three `+`-separated parts".into()))?;
+        let raw = B64
+            .decode(key)
+            .map_err(|e| bad(format!("not base64: {e}")))?;
+        if raw.len() != 33 || raw[0] != ALG_ED25519 {
+            return Err(bad(
+                "a verifier key must be 0x01 followed by 32 key bytes".into()
+            ));
+        }
+        let mut k = [0u8; 32];
+        k.copy_from_slice(&raw[1..]);
+        let vk = VerifyingKey::from_bytes(&k).map_err(|e| bad(e.to_string()))?;
+        if format!("{:08x}", key_id(name, &vk)) != hash {
+            return Err(bad("its key hash does not match its name and key".into()));
+        }
+        return Ok(vk);
+    }
+    let raw = B64.decode(s).map_err(|e| bad(format!("not base64: {e}")))?;
+    let k: [u8; 32] = raw.try_into().map_err(|_| bad("not 32 bytes".into()))?;
+    VerifyingKey::from_bytes(&k).map_err(|e| bad(e.to_string()))
+}
+
+/// Read a private key file (base64 of the 32-byte seed).
+pub fn load(path: &std::path::Path) -> Result<SigningKey, FleetError> {
+    let what = format!("key file {}", path.display());
+    let meta = std::fs::metadata(path).map_err(|e| {
+        FleetError::not_found(
+            what.clone(),
+            e.to_string(),
+            "a key made by `fleetd keygen --out FILE`",
+        )
+    })?;
+    if meta.len() > 4096 {
+        return Err(FleetError::invalid(
+            what,
+            "it is too large to be a key",
+            "a key made by `fleetd keygen`",
+        ));
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            return Err(FleetError::invalid(
+                what,
+                format!(
+                    "it is readable by others (mode {:o})",
+                    meta.permissions().mode() & 0o777
+                ),
+                "mode 0600: chmod 600 the file",
+            ));
+        }
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| FleetError::invalid(what.clone(), e.to_string(), "a readable key file"))?;
+    let raw = B64.decode(text.trim()).map_err(|e| {
+        FleetError::invalid(
+            what.clone(),
+            format!("not base64: {e}"),
+            "a key made by `fleetd keygen`",
+        )
+    })?;
+    let seed: [u8; 32] = raw.try_into().map_err(|_| {
+        FleetError::invalid(
+            what,
+            "not a 32-byte ed25519 seed",
+            "a key made by `fleetd keygen`",
+        )
+    })?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+/// Write a private key (0600) and its public half (`PATH.pub`); refuses to overwrite.
+pub fn save(path: &std::path::Path, key: &SigningKey) -> Result<(), FleetError> {
+    if path.exists() {
+        return Err(FleetError::conflict(
+            format!("key file {}", path.display()),
+            "it already exists (a host key is never overwritten)",
+            "another path, or remove the old key deliberately",
+        ));
+    }
+    crate::fleet::write_private(path, B64.encode(key.to_bytes()).as_bytes())
+        .map_err(|e| FleetError::internal(format!("key file {}", path.display()), e.to_string()))?;
+    let mut pubpath = path.as_os_str().to_owned();
+    pubpath.push(".pub");
+    std::fs::write(&pubpath, format!("{}\n", public_text(&key.verifying_key())))
+        .map_err(|e| FleetError::internal("public key file", e.to_string()))
+}
+
+/// The signed-note key ID: the first 4 bytes of SHA-256(name || "\n" || 0x01 || key).
+pub fn key_id(name: &str, k: &VerifyingKey) -> u32 {
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update(b"\n");
+    h.update([ALG_ED25519]);
+    h.update(k.to_bytes());
+    let d = h.finalize();
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+}
+
+/// The signed-note verifier key text: `name+hash+base64(0x01||key)`.
+pub fn vkey(name: &str, k: &VerifyingKey) -> String {
+    let mut raw = vec![ALG_ED25519];
+    raw.extend_from_slice(&k.to_bytes());
+    format!("{name}+{:08x}+{}", key_id(name, k), B64.encode(raw))
+}
+
+/// Sign a note body (which must end with a newline) as `name`: the whole note text.
+pub fn sign_note(body: &str, name: &str, key: &SigningKey) -> String {
+    debug_assert!(body.ends_with('\n'));
+    let sig: Signature = key.sign(body.as_bytes());
+    let mut blob = key_id(name, &key.verifying_key()).to_be_bytes().to_vec();
+    blob.extend_from_slice(&sig.to_bytes());
+    format!("{body}\n\u{2014} {name} {}\n", B64.encode(blob))
+}
+
+/// Verify a note: returns its body if a signature line by `name` with key `k` verifies.
+pub fn verify_note<'a>(note: &'a str, name: &str, k: &VerifyingKey) -> Result<&'a str, String> {
+    let split = note
+        .rfind("\n\n")
+        .ok_or("no blank line before the signatures")?;
+    let (body, sigs) = (&note[..split + 1], &note[split + 2..]);
+    if !note.ends_with('\n') {
+        return Err("the note does not end with a newline".into());
+    }
+    let want = key_id(name, k);
+    for line in sigs.lines() {
+        let rest = line
+            .strip_prefix("\u{2014} ")
+            .ok_or_else(|| format!("malformed signature line {line:?}"))?;
+        let (n, b64) = rest
+            .rsplit_once(' ')
+            .ok_or_else(|| format!("malformed signature line {line:?}"))?;
+        if n != name {
+            continue;
+        }
+        let blob = B64
+            .decode(b64)
+            .map_err(|e| format!("signature is not base64: {e}"))?;
+        if blob.len() != 68 || u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]) != want {
+            continue;
+        }
+        let sig = Signature::from_slice(&blob[4..]).map_err(|e| e.to_string())?;
+        return k
+            .verify_strict(body.as_bytes(), &sig)
+            .map(|_| body)
+            .map_err(|_| "the signature does not verify".into());
+    }
+    Err(format!("no signature by `{name}` with this key"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed() -> SigningKey {
+        SigningKey::from_bytes(&[7u8; 32])
+    }
+
+    #[test]
+    fn note_round_trip_and_tamper() {
+        let k = fixed();
+        let body = "fleetd/local/ledger\n3\nq0nZ5fHXrHkE6SGj0lhZ8S1qSe5hLnIVdWPHIN4XQ0s=\n";
+        let note = sign_note(body, "fleetd/local/ledger", &k);
+        assert!(note.starts_with(body));
+        assert_eq!(
+            verify_note(&note, "fleetd/local/ledger", &k.verifying_key()).unwrap(),
+            body
+        );
+        let forged = note.replace("\n3\n", "\n4\n");
+        assert!(verify_note(&forged, "fleetd/local/ledger", &k.verifying_key()).is_err());
+        let other = SigningKey::from_bytes(&[8u8; 32]);
+        assert!(verify_note(&note, "fleetd/local/ledger", &other.verifying_key()).is_err());
+    }
+
+    #[test]
+    fn vkey_parses_back_and_key_text_round_trips() {
+        let vk = fixed().verifying_key();
+        let v = vkey("fleetd/local/ledger", &vk);
+        assert_eq!(parse_public(&v).unwrap(), vk);
+        assert_eq!(parse_public(&public_text(&vk)).unwrap(), vk);
+        assert!(parse_public("nope").is_err());
+        let mut bad = v.clone();
+        bad.replace_range(v.find('+').unwrap() + 1..v.find('+').unwrap() + 3, "00");
+        assert!(parse_public(&bad).is_err() || bad == v);
+    }
+}

@@ -1,0 +1,345 @@
+//! The ledger writer: the one actor that appends to `<state-dir>/ledger.jsonl`.
+//!
+//! Group commit: every `Append` waiting in the mailbox when a `Flush` runs goes out in one write
+//! and one `fdatasync`, and nobody is answered before that returns. Checkpoints (signed with the
+//! host key) are written after the entries they cover are synced, never before. At start the
+//! writer recovers the file: a torn final line (a crash mid-append) is reported and truncated to
+//! the last whole line; the file is verified; checkpoints a crash kept from being written are
+//! written; the decisions are replayed into the read model. A ledger that fails verification is
+//! not appended to (decisions are refused, naming the bad line); the rest of the daemon runs.
+//! Must never rewrite or reorder a line.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::Serialize;
+
+use crate::ctx::{Mailbox, SharedCtx};
+use crate::decision::state::{DecisionEvent, replay};
+use crate::error::FleetError;
+use crate::ledger::state::{Author, Entry, LedgerCore, entries, resume, verify};
+
+/// Largest ledger file the daemon reads at start.
+pub const MAX_LEDGER_BYTES: u64 = 1 << 30;
+
+pub enum LedgerMsg {
+    Append {
+        author: Author,
+        event: DecisionEvent,
+        reply: RpcReplyPort<Result<Entry, FleetError>>,
+    },
+    Flush,
+    Status {
+        reply: RpcReplyPort<LedgerStatus>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LedgerStatus {
+    pub path: String,
+    pub origin: String,
+    pub entries: u64,
+    pub head: String,
+    pub broken: Option<String>,
+}
+
+pub struct LedgerArgs {
+    pub ctx: SharedCtx,
+}
+
+pub struct LedgerWriter;
+
+/// An appended entry waiting for the next sync: the entry, its line, and who to answer.
+type Pending = (Entry, String, RpcReplyPort<Result<Entry, FleetError>>);
+
+pub struct LedgerState {
+    ctx: SharedCtx,
+    path: PathBuf,
+    core: Option<LedgerCore>,
+    file: Arc<Mutex<Option<std::fs::File>>>,
+    broken: Option<String>,
+    pending: Vec<Pending>,
+    flush_queued: bool,
+}
+
+/// The outcome of opening the ledger file at start.
+struct Opened {
+    file: Option<std::fs::File>,
+    core: Option<LedgerCore>,
+    broken: Option<String>,
+    text: String,
+}
+
+fn sync_dir(path: &std::path::Path) {
+    if let Some(d) = path.parent()
+        && let Ok(f) = std::fs::File::open(d)
+    {
+        let _ = f.sync_all();
+    }
+}
+
+/// Open (or create) the ledger: recover a torn tail, verify, write overdue checkpoints.
+fn open_ledger(
+    path: &std::path::Path,
+    origin: &str,
+    every: u64,
+    key: &ed25519_dalek::SigningKey,
+) -> std::io::Result<Opened> {
+    use std::io::Read;
+    let exists = path.metadata().map(|m| m.len() > 0).unwrap_or(false);
+    if !exists {
+        let (core, header) = LedgerCore::create(origin, every);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)?;
+        f.write_all(format!("{header}\n").as_bytes())?;
+        f.sync_all()?;
+        sync_dir(path);
+        tracing::info!(path = %path.display(), origin, "ledger created");
+        return Ok(Opened {
+            file: Some(f),
+            core: Some(core),
+            broken: None,
+            text: String::new(),
+        });
+    }
+    let len = path.metadata()?.len();
+    if len > MAX_LEDGER_BYTES {
+        return Ok(Opened {
+            file: None,
+            core: None,
+            broken: Some(format!(
+                "{} is {len} bytes, over the {MAX_LEDGER_BYTES}-byte limit the daemon reads; rotate it",
+                path.display()
+            )),
+            text: String::new(),
+        });
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_LEDGER_BYTES)
+        .read_to_string(&mut text)?;
+    if !text.ends_with('\n') {
+        let keep = text.rfind('\n').map_or(0, |i| i + 1);
+        tracing::warn!(
+            path = %path.display(),
+            torn_bytes = text.len() - keep,
+            "the ledger's final line is torn (a crash during an append): truncating it to the last whole line"
+        );
+        let f = std::fs::OpenOptions::new().write(true).open(path)?;
+        f.set_len(keep as u64)?;
+        f.sync_all()?;
+        text.truncate(keep);
+    }
+    let report = match verify(&text, Some(&key.verifying_key())) {
+        Ok(r) => r,
+        Err(bad) => {
+            tracing::error!(path = %path.display(), %bad, "the ledger fails verification; decisions are refused until it is repaired");
+            return Ok(Opened {
+                file: None,
+                core: None,
+                broken: Some(format!(
+                    "the ledger {} fails verification at {bad}",
+                    path.display()
+                )),
+                text,
+            });
+        }
+    };
+    let mut core = resume(&report, &text);
+    let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
+    if !core.due.is_empty() {
+        let cps = core.checkpoints(key);
+        tracing::info!(
+            count = cps.len(),
+            "writing checkpoints a crash kept from being written"
+        );
+        f.write_all(format!("{}\n", cps.join("\n")).as_bytes())?;
+        f.sync_data()?;
+    }
+    Ok(Opened {
+        file: Some(f),
+        core: Some(core),
+        broken: None,
+        text,
+    })
+}
+
+impl LedgerState {
+    async fn flush(&mut self) {
+        self.flush_queued = false;
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        let mut buf = String::with_capacity(batch.iter().map(|(_, l, _)| l.len() + 1).sum());
+        for (_, line, _) in &batch {
+            buf.push_str(line);
+            buf.push('\n');
+        }
+        let file = self.file.clone();
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut g = file.lock().unwrap_or_else(|p| p.into_inner());
+            let f = g
+                .as_mut()
+                .ok_or_else(|| std::io::Error::other("the ledger file is not open"))?;
+            f.write_all(buf.as_bytes())?;
+            f.sync_data()
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+        if let Err(e) = written {
+            let why = format!("writing {} failed: {e}", self.path.display());
+            tracing::error!(%why, "ledger write failed; decisions are refused from now on");
+            self.broken = Some(why.clone());
+            self.core = None;
+            for (_, _, reply) in batch {
+                let _ = reply.send(Err(FleetError::internal("the ledger append", why.clone())));
+            }
+            return;
+        }
+        // The entries are synced: now their checkpoints may be written (they reach the disk with
+        // the next sync; a crash before that re-creates them at start).
+        if let Some(core) = self.core.as_mut()
+            && !core.due.is_empty()
+        {
+            let cps = core.checkpoints(&self.ctx.host_key);
+            let file = self.file.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut g = file.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(f) = g.as_mut() {
+                    let _ = f.write_all(format!("{}\n", cps.join("\n")).as_bytes());
+                }
+            })
+            .await;
+        }
+        for (entry, _, reply) in batch {
+            let _ = reply.send(Ok(entry));
+        }
+    }
+}
+
+impl Actor for LedgerWriter {
+    type Msg = LedgerMsg;
+    type State = LedgerState;
+    type Arguments = LedgerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LedgerMsg>,
+        args: LedgerArgs,
+    ) -> Result<LedgerState, ActorProcessingErr> {
+        let ctx = args.ctx;
+        let path = ctx.state_dir.join("ledger.jsonl");
+        let (p2, origin, every, key) = (
+            path.clone(),
+            ctx.ledger_origin(),
+            ctx.config().ledger.checkpoint_every,
+            ctx.host_key.clone(),
+        );
+        let opened =
+            tokio::task::spawn_blocking(move || open_ledger(&p2, &origin, every, &key)).await??;
+        // Replay the decisions into the read model, with the refusals the store kept.
+        let mut ds = replay(&entries(&opened.text));
+        let refused = ctx
+            .store
+            .run(|s| s.load_refusals())
+            .await
+            .unwrap_or_default();
+        for (id, r) in refused {
+            if let Some(d) = ds.get_mut(&id) {
+                d.refused = r;
+            }
+        }
+        ctx.set_decisions(ds);
+        ctx.dir.set_ledger(Some(Mailbox::new(
+            myself.clone(),
+            ctx.mailbox_cap(),
+            "the ledger writer",
+        )));
+        Ok(LedgerState {
+            ctx,
+            path,
+            core: opened.core,
+            file: Arc::new(Mutex::new(opened.file)),
+            broken: opened.broken,
+            pending: vec![],
+            flush_queued: false,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<LedgerMsg>,
+        st: &mut LedgerState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.flush().await;
+        let file = st.file.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(f) = file.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                let _ = f.sync_all();
+            }
+        })
+        .await;
+        st.ctx.dir.remove_singleton(myself.get_id());
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LedgerMsg>,
+        msg: LedgerMsg,
+        st: &mut LedgerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LedgerMsg::Append {
+                author,
+                event,
+                reply,
+            } => {
+                let now = st.ctx.now();
+                match (&st.broken, st.core.as_mut()) {
+                    (None, Some(core)) => {
+                        let (entry, line) = core.append(author, event, now);
+                        st.pending.push((entry, line, reply));
+                        if !st.flush_queued {
+                            st.flush_queued = true;
+                            let _ = myself.cast(LedgerMsg::Flush);
+                        }
+                    }
+                    (why, _) => {
+                        let why = why
+                            .clone()
+                            .unwrap_or_else(|| "the ledger is not open".into());
+                        let _ =
+                            reply.send(Err(FleetError::unavailable("the decision ledger", why)));
+                    }
+                }
+            }
+            LedgerMsg::Flush => st.flush().await,
+            LedgerMsg::Status { reply } => {
+                let _ = reply.send(LedgerStatus {
+                    path: st.path.display().to_string(),
+                    origin: st
+                        .core
+                        .as_ref()
+                        .map(|c| c.origin.clone())
+                        .unwrap_or_else(|| st.ctx.ledger_origin()),
+                    entries: st.core.as_ref().map(|c| c.seq).unwrap_or(0),
+                    head: st
+                        .core
+                        .as_ref()
+                        .map(|c| crate::ledger::state::hex(&c.head))
+                        .unwrap_or_default(),
+                    broken: st.broken.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
