@@ -27,14 +27,26 @@ use crate::daemon::Daemon;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
+    /// What to measure: `fleet` (MCP and send paths) or `ledger` (group-committed appends).
+    #[arg(value_enum, default_value_t = Which::Fleet)]
+    pub which: Which,
     /// Samples per measurement.
     #[arg(long, default_value_t = 500)]
     pub iterations: usize,
+    /// Ledger: seconds per writer count.
+    #[arg(long, default_value_t = 3)]
+    pub seconds: u64,
     /// Samples for the send -> PTY path (each waits for the agent to be idle again).
     #[arg(long, default_value_t = 200)]
     pub send_iterations: usize,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Fleet,
+    Ledger,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -363,7 +375,121 @@ async fn send_to_pty(
     Ok((out, phases, rest))
 }
 
+/// Ledger appends per second with `writers` concurrent appenders, for `secs` seconds, through the
+/// real writer actor (group commit, fdatasync before each answer).
+async fn ledger_rate(daemon: &Daemon, writers: usize, secs: u64) -> anyhow::Result<(f64, u64)> {
+    use fleetd_actors::decision::state::DecisionEvent;
+    use fleetd_actors::ledger::state::Author;
+    use fleetd_actors::types::DecisionId;
+    let ctx = daemon.fleet.ctx.clone();
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let mut tasks = vec![];
+    for w in 0..writers {
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < stop {
+                let author = Author {
+                    member: format!("arch-{w}"),
+                    role: "architect".into(),
+                    slot: Some("opus".into()),
+                };
+                let ev = DecisionEvent::Position {
+                    decision: DecisionId(1),
+                    slot: "opus".into(),
+                    round: 1,
+                    content: "x".repeat(120),
+                };
+                fleetd_actors::decision::actor::append(&ctx, author, ev)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok((total as f64 / t0.elapsed().as_secs_f64(), total))
+}
+
+/// Raw 200-byte appends with fdatasync after each, per second (the machine's floor).
+fn fsync_rate(dir: &std::path::Path, secs: u64) -> anyhow::Result<f64> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync-rate.bin"))?;
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < stop {
+        f.write_all(&[b'x'; 200])?;
+        f.sync_data()?;
+        n += 1;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
+    let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
+    let fsync_before = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
+    let mut rows = vec![];
+    for w in [1usize, 8, 64] {
+        let (rate, n) = ledger_rate(&daemon, w, args.seconds).await?;
+        rows.push((w, rate, n));
+    }
+    let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
+    let fsync_after = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
+    let fsync = (fsync_before + fsync_after) / 2.0;
+    let entries = daemon.fleet.ctx.decision_views().len();
+    let code = daemon.shutdown().await;
+    anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
+    let _ = entries;
+    // The file the writer produced must verify.
+    let text = std::fs::read_to_string(dir.path().join("ledger.jsonl"))?;
+    let key = std::fs::read_to_string(dir.path().join("host.key.pub"))?;
+    let vk = fleetd_actors::keys::parse_public(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = fleetd_actors::ledger::state::verify(&text, Some(&vk))
+        .map_err(|b| anyhow::anyhow!("the benchmark's ledger does not verify: {b}"))?;
+    if args.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(w, r, n)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries})
+            )?
+        );
+    } else {
+        println!(
+            "raw 200 B append + fdatasync: {fsync:.0}/s (before {fsync_before:.0}/s, after {fsync_after:.0}/s)"
+        );
+        println!(
+            "{:>8} {:>14} {:>10} {:>14}",
+            "writers", "appends/s", "appends", "x fsync rate"
+        );
+        for (w, r, n) in &rows {
+            println!("{w:>8} {r:>14.0} {n:>10} {:>13.1}x", r / fsync);
+        }
+        println!(
+            "the ledger ({} entries, {} checkpoints) verifies with the host key",
+            report.entries, report.checkpoints
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.which == Which::Ledger {
+        return run_ledger(&args).await;
+    }
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
     let sd = daemon.layout.state_dir.display().to_string();

@@ -426,14 +426,13 @@ impl HostBackend {
                 ));
             }
         }
-        self.connect_inner(&spec.name, spec.generation, false).await
+        self.connect_inner(&spec.name, spec.generation).await
     }
 
     async fn connect_inner(
         &self,
         name: &MemberName,
         generation: u64,
-        adopt: bool,
     ) -> Result<TermHandle, FleetError> {
         let what = format!("terminal of `{name}`");
         let (sock, _, _) = paths(&self.term_dir, name, generation);
@@ -514,7 +513,9 @@ impl HostBackend {
         Ok(TermHandle {
             pid,
             host_pid: Some(host_pid),
-            snapshot: if adopt { snapshot } else { vec![] },
+            // Also for a fresh launch: the program may have drawn its first screen before this
+            // connection existed, and that output was never sent as Output frames.
+            snapshot,
             input: in_tx,
             events: ev_rx,
         })
@@ -532,7 +533,7 @@ impl TermBackend for HostBackend {
         generation: u64,
     ) -> BoxFut<'_, Result<TermHandle, FleetError>> {
         let name = name.clone();
-        Box::pin(async move { self.connect_inner(&name, generation, true).await })
+        Box::pin(async move { self.connect_inner(&name, generation).await })
     }
 
     fn recorded_exit(

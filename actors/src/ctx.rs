@@ -396,7 +396,9 @@ impl Timer {
         Timer { armed: None }
     }
 
-    /// Arrange for `make()` to be sent to `actor` at `at` (or never, for `None`).
+    /// Arrange for `make()` to be sent to `actor` at `at` (or never, for `None`). The actor
+    /// must call [`Timer::fired`] when that message arrives, so the next `arm` always arms
+    /// anew (even for the same instant: a wake-up that came a millisecond early must come again).
     pub fn arm<M: ractor::Message>(
         &mut self,
         actor: &ActorRef<M>,
@@ -404,9 +406,8 @@ impl Timer {
         now: Millis,
         make: fn() -> M,
     ) {
-        if let (Some((cur, h)), Some(at)) = (&self.armed, at)
+        if let (Some((cur, _)), Some(at)) = (&self.armed, at)
             && *cur == at
-            && !h.is_finished()
         {
             return;
         }
@@ -415,13 +416,19 @@ impl Timer {
         }
         if let Some(at) = at {
             let actor = actor.clone();
-            let delay = Duration::from_millis(at.saturating_sub(now));
+            // One millisecond past the instant, so the wake-up never reads a clock just short of it.
+            let delay = Duration::from_millis(at.saturating_sub(now) + 1);
             let h = tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
                 let _ = actor.cast(make());
             });
             self.armed = Some((at, h));
         }
+    }
+
+    /// The armed wake-up has been delivered.
+    pub fn fired(&mut self) {
+        self.armed = None;
     }
 
     pub fn cancel(&mut self) {

@@ -1726,15 +1726,13 @@ impl Fleet {
                 let name = member_name(name)?;
                 match kind {
                     "slot" => self
-                        .ctx
-                        .dir
                         .slot(&name)
+                        .await
                         .ok_or_else(|| FleetError::not_found(t, "no such slot", "slot:NAME"))?
                         .cast(SlotMsg::Panic),
                     "injector" => self
-                        .ctx
-                        .dir
                         .injector(&name)
+                        .await
                         .ok_or_else(|| {
                             FleetError::not_found(t, "no such injector", "injector:NAME")
                         })?

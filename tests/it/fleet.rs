@@ -320,12 +320,19 @@ async fn a_late_reply_is_refused_and_kept_visible() {
     let t = d.send("w1", "sum: 1").await;
     let expired = ev.ticket(&t, "expired").await.seq;
     // The worker replies after the TTL: refused, and kept on the ticket as late.
-    ev.until("late reply recorded", |e| {
-        e.seq > expired
-            && matches!(&e.kind, EventKind::Ticket { ticket, .. } if ticket.to_string() == t)
+    let late = ev
+        .until("late reply recorded", |e| {
+            e.seq > expired
+                && matches!(&e.kind, EventKind::Ticket { ticket, .. } if ticket.to_string() == t)
+        })
+        .await
+        .seq;
+    // Back at its prompt after that (not the idle from before the message).
+    ev.until("idle after the late reply", |e| {
+        e.seq > late
+            && matches!(&e.kind, EventKind::Status { member, to, .. } if member.as_str() == "w1" && to.as_str() == "idle")
     })
     .await;
-    ev.status("w1", "idle").await;
     let tk = d.ticket(&t).await;
     assert_eq!(tk["state"], "expired");
     assert_eq!(tk["late"][0]["text"], "sum of 1 numbers = 1");

@@ -209,16 +209,10 @@ impl Actor for InjectorActor {
         myself: ActorRef<InjectorMsg>,
         st: &mut InjectorActorState,
     ) -> Result<(), ActorProcessingErr> {
-        // Learn the target's current status (the slot may have started before us).
-        if let Some(slot) = st.ctx.dir.slot(st.core.target())
-            && let Ok(v) = slot
-                .call(|reply| SlotMsg::View { reply }, Duration::from_secs(5))
-                .await
-        {
-            let _ = myself.cast(InjectorMsg::Target(TargetView {
-                status: v.status,
-                injectable: v.injectable,
-            }));
+        // Ask the slot for its status; it answers through the same path as its status changes,
+        // so the answer cannot overtake (and undo) a newer change.
+        if let Some(slot) = st.ctx.dir.slot(st.core.target()) {
+            slot.cast(SlotMsg::Announce);
         }
         st.rearm(&myself);
         Ok(())
@@ -274,6 +268,7 @@ impl Actor for InjectorActor {
                 }
             }
             InjectorMsg::Tick => {
+                st.timer.fired();
                 let fx = st.core.tick(now);
                 st.perform(fx).await?;
             }

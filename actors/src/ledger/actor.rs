@@ -62,6 +62,8 @@ pub struct LedgerState {
     broken: Option<String>,
     pending: Vec<Pending>,
     flush_queued: bool,
+    /// Signed checkpoints of synced entries, to be written first in the next write.
+    unwritten_checkpoints: Vec<String>,
 }
 
 /// The outcome of opening the ledger file at start.
@@ -152,11 +154,11 @@ fn open_ledger(
     };
     let mut core = resume(&report, &text);
     let mut f = std::fs::OpenOptions::new().append(true).open(path)?;
-    if !core.due.is_empty() {
-        let cps = core.checkpoints(key);
+    let cps = core.checkpoints(key);
+    if !cps.is_empty() {
         tracing::info!(
             count = cps.len(),
-            "writing checkpoints a crash kept from being written"
+            "writing the checkpoints a crash kept from being written"
         );
         f.write_all(format!("{}\n", cps.join("\n")).as_bytes())?;
         f.sync_data()?;
@@ -170,13 +172,24 @@ fn open_ledger(
 }
 
 impl LedgerState {
-    async fn flush(&mut self) {
+    /// Write and sync everything waiting: first the checkpoints of the last synced batch, then
+    /// the new entries; answer the entries' callers; then sign the checkpoints of these entries,
+    /// to go out with the next write (a `Flush` is queued for them, so an idle ledger still gets
+    /// them promptly). Checkpoints never precede, in the file or in time, the sync of what they
+    /// cover; signing never delays a caller.
+    async fn flush(&mut self, myself: &ActorRef<LedgerMsg>) {
         self.flush_queued = false;
-        if self.pending.is_empty() {
+        let checkpoints = std::mem::take(&mut self.unwritten_checkpoints);
+        if self.pending.is_empty() && checkpoints.is_empty() {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
-        let mut buf = String::with_capacity(batch.iter().map(|(_, l, _)| l.len() + 1).sum());
+        let mut buf =
+            String::with_capacity(batch.iter().map(|(_, l, _)| l.len() + 1).sum::<usize>() + 512);
+        for cp in &checkpoints {
+            buf.push_str(cp);
+            buf.push('\n');
+        }
         for (_, line, _) in &batch {
             buf.push_str(line);
             buf.push('\n');
@@ -203,23 +216,21 @@ impl LedgerState {
             }
             return;
         }
-        // The entries are synced: now their checkpoints may be written (they reach the disk with
-        // the next sync; a crash before that re-creates them at start).
-        if let Some(core) = self.core.as_mut()
-            && !core.due.is_empty()
-        {
-            let cps = core.checkpoints(&self.ctx.host_key);
-            let file = self.file.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                let mut g = file.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(f) = g.as_mut() {
-                    let _ = f.write_all(format!("{}\n", cps.join("\n")).as_bytes());
-                }
-            })
-            .await;
-        }
         for (entry, _, reply) in batch {
             let _ = reply.send(Ok(entry));
+        }
+        // The entries are synced: their checkpoints may be signed now.
+        let cps = self
+            .core
+            .as_mut()
+            .map(|c| c.checkpoints(&self.ctx.host_key))
+            .unwrap_or_default();
+        if !cps.is_empty() {
+            self.unwritten_checkpoints = cps;
+            if !self.flush_queued {
+                self.flush_queued = true;
+                let _ = myself.cast(LedgerMsg::Flush);
+            }
         }
     }
 }
@@ -270,6 +281,7 @@ impl Actor for LedgerWriter {
             broken: opened.broken,
             pending: vec![],
             flush_queued: false,
+            unwritten_checkpoints: vec![],
         })
     }
 
@@ -278,7 +290,9 @@ impl Actor for LedgerWriter {
         myself: ActorRef<LedgerMsg>,
         st: &mut LedgerState,
     ) -> Result<(), ActorProcessingErr> {
-        st.flush().await;
+        // The pending entries, then the checkpoint that covers them.
+        st.flush(&myself).await;
+        st.flush(&myself).await;
         let file = st.file.clone();
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(f) = file.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -321,7 +335,7 @@ impl Actor for LedgerWriter {
                     }
                 }
             }
-            LedgerMsg::Flush => st.flush().await,
+            LedgerMsg::Flush => st.flush(&myself).await,
             LedgerMsg::Status { reply } => {
                 let _ = reply.send(LedgerStatus {
                     path: st.path.display().to_string(),

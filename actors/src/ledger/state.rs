@@ -89,6 +89,123 @@ fn write_canonical(v: &Value, out: &mut String) {
     }
 }
 
+fn push_str_json(out: &mut String, s: &str) {
+    // serde_json's string escaping, the same as `canonical` uses.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+fn push_opt_str_json(out: &mut String, s: &Option<String>) {
+    match s {
+        Some(s) => push_str_json(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// The canonical line of an entry, written directly in sorted-key order (the append hot path).
+/// Equal to `line_of(entry)` by construction; a property test holds it to that.
+pub fn entry_line(e: &Entry) -> String {
+    use crate::decision::state::{Outcome, SlotResult};
+    let mut o = String::with_capacity(320);
+    o.push_str("{\"actor\":{\"member\":");
+    push_str_json(&mut o, &e.actor.member);
+    o.push_str(",\"role\":");
+    push_str_json(&mut o, &e.actor.role);
+    o.push_str(",\"slot\":");
+    push_opt_str_json(&mut o, &e.actor.slot);
+    o.push_str("},\"event\":{");
+    match &e.event {
+        DecisionEvent::Open {
+            decision,
+            subject,
+            slots,
+            deadline,
+            max_rounds,
+        } => {
+            o.push_str("\"deadline\":");
+            push_str_json(&mut o, deadline);
+            o.push_str(&format!(
+                ",\"decision\":\"{decision}\",\"max_rounds\":{max_rounds},\"slots\":["
+            ));
+            for (i, sl) in slots.iter().enumerate() {
+                if i > 0 {
+                    o.push(',');
+                }
+                push_str_json(&mut o, sl);
+            }
+            o.push_str("],\"subject\":");
+            push_str_json(&mut o, subject);
+            o.push_str(",\"type\":\"open\"");
+        }
+        DecisionEvent::Position {
+            decision,
+            slot,
+            round,
+            content,
+        }
+        | DecisionEvent::Abstain {
+            decision,
+            slot,
+            round,
+            content,
+        } => {
+            o.push_str("\"content\":");
+            push_str_json(&mut o, content);
+            o.push_str(&format!(
+                ",\"decision\":\"{decision}\",\"round\":{round},\"slot\":"
+            ));
+            push_str_json(&mut o, slot);
+            o.push_str(if matches!(e.event, DecisionEvent::Position { .. }) {
+                ",\"type\":\"position\""
+            } else {
+                ",\"type\":\"abstain\""
+            });
+        }
+        DecisionEvent::Close {
+            decision,
+            outcome,
+            slots,
+            verdict,
+            rationale,
+        } => {
+            o.push_str(&format!(
+                "\"decision\":\"{decision}\",\"outcome\":\"{}\",\"rationale\":",
+                match outcome {
+                    Outcome::Quorate => "quorate",
+                    Outcome::Degraded => "degraded",
+                }
+            ));
+            push_str_json(&mut o, rationale);
+            o.push_str(",\"slots\":[");
+            for (i, so) in slots.iter().enumerate() {
+                if i > 0 {
+                    o.push(',');
+                }
+                let r = match so.outcome {
+                    SlotResult::Position => "position",
+                    SlotResult::Abstain => "abstain",
+                    SlotResult::Timeout => "timeout",
+                };
+                o.push_str(&format!("{{\"outcome\":\"{r}\",\"round\":"));
+                match so.round {
+                    Some(n) => o.push_str(&n.to_string()),
+                    None => o.push_str("null"),
+                }
+                o.push_str(",\"slot\":");
+                push_str_json(&mut o, &so.slot);
+                o.push('}');
+            }
+            o.push_str("],\"type\":\"close\",\"verdict\":");
+            push_str_json(&mut o, verdict);
+        }
+    }
+    o.push_str("},\"prev\":");
+    push_str_json(&mut o, &e.prev);
+    o.push_str(&format!(",\"seq\":{},\"ts\":", e.seq));
+    push_str_json(&mut o, &e.ts);
+    o.push('}');
+    o
+}
+
 /// The canonical line of a serializable value.
 pub fn line_of<T: Serialize>(v: &T) -> String {
     canonical(&serde_json::to_value(v).unwrap_or(Value::Null))
@@ -100,7 +217,13 @@ pub fn hash(line: &str) -> [u8; 32] {
 }
 
 pub fn hex(h: &[u8; 32]) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in h {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    out
 }
 
 /// The checkpoint body (C2SP tlog-checkpoint): origin, size, base64 head hash.
@@ -124,7 +247,7 @@ pub struct LedgerCore {
     pub head: [u8; 32],
     /// Size of the last checkpoint written.
     pub checkpointed: u64,
-    /// Entries whose checkpoint is due (a close, or a multiple of `every`), not yet written.
+    /// Entries that need their own checkpoint (a close, or a multiple of `every`), not yet signed.
     pub due: Vec<(u64, [u8; 32])>,
 }
 
@@ -158,7 +281,7 @@ impl LedgerCore {
             event,
             prev: hex(&self.head),
         };
-        let line = line_of(&entry);
+        let line = entry_line(&entry);
         self.seq = entry.seq;
         self.head = hash(&line);
         if is_close || self.seq.is_multiple_of(self.every) {
@@ -167,10 +290,11 @@ impl LedgerCore {
         (entry, line)
     }
 
-    /// The checkpoint lines now due, signed; call only after the entries they cover are fsynced.
+    /// The checkpoints now due, signed, one per due entry (its size is that entry's seq); call
+    /// only after those entries are synced.
     pub fn checkpoints(&mut self, key: &SigningKey) -> Vec<String> {
-        let out = self
-            .due
+        self.checkpointed = self.seq;
+        self.due
             .drain(..)
             .map(|(size, head)| {
                 checkpoint_line(&keys::sign_note(
@@ -179,9 +303,7 @@ impl LedgerCore {
                     key,
                 ))
             })
-            .collect();
-        self.checkpointed = self.seq;
-        out
+            .collect()
     }
 }
 
@@ -274,7 +396,7 @@ pub fn verify(text: &str, key: Option<&VerifyingKey>) -> Result<Report, Bad> {
             Some(d) => Err(Bad {
                 line: n,
                 reason: format!(
-                    "no checkpoint for entry {d}, which is due one (every {} entries and at each close): a checkpoint line was removed",
+                    "no checkpoint for entry {d}, which needs one (every {} entries and at each close): a checkpoint line was removed",
                     header.checkpoint_every
                 ),
             }),
@@ -403,18 +525,17 @@ pub fn resume(report: &Report, text: &str) -> LedgerCore {
         .filter(|l| !l.starts_with("{\"checkpoint\""))
         .collect();
     let head = chain.last().map(|l| hash(l)).unwrap_or([0; 32]);
-    let due = report
-        .pending_checkpoints
-        .iter()
-        .filter_map(|&s| chain.get(s as usize).map(|l| (s, hash(l))))
-        .collect();
     LedgerCore {
         origin: report.origin.clone(),
         every: report.checkpoint_every.max(1),
         seq: report.entries,
         head,
         checkpointed: report.entries,
-        due,
+        due: report
+            .pending_checkpoints
+            .iter()
+            .filter_map(|&s| chain.get(s as usize).map(|l| (s, hash(l))))
+            .collect(),
     }
 }
 
@@ -565,9 +686,15 @@ mod tests {
         let bad = verify(&join(&e), Some(&vk)).unwrap_err();
         assert_eq!(bad.line, cp + 1);
         assert!(bad.reason.contains("forged checkpoint"), "{bad}");
-        // A checkpoint whose body was edited (a bigger size) fails its signature.
+        // A checkpoint whose body was edited (a smaller size) fails its signature.
+        let size = note.split('\n').nth(1).unwrap();
         let mut e = ls.clone();
-        e[cp] = e[cp].replacen("\\n4\\n", "\\n3\\n", 1);
+        e[cp] = e[cp].replacen(
+            &format!("\\n{size}\\n"),
+            &format!("\\n{}\\n", size.parse::<u64>().unwrap() - 1),
+            1,
+        );
+        assert_ne!(e[cp], ls[cp]);
         assert!(verify(&join(&e), Some(&vk)).is_err());
         // Remove a checkpoint in the middle: the cadence says one is missing.
         let mut e = ls.clone();
@@ -667,6 +794,31 @@ mod tests {
             ),
             "fleetd/example/ledger+9f82f941+ARl/ayPhbIUyxqvIOPrNXqeJvgx2spIDNAOb+os9No1h"
         );
+    }
+
+    fn arb_text() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[a-zA-Z0-9 \"\\\\é✓\n\t\u{1}-]{0,12}").unwrap()
+    }
+
+    proptest! {
+        /// The hand-written hot-path encoding is exactly the canonical encoding.
+        #[test]
+        fn entry_line_is_canonical(a in arb_text(), b in arb_text(), slot in proptest::option::of(arb_text()), seq in 1u64..1_000_000, round in 0u32..5, kind in 0u8..4, t in any::<bool>()) {
+            let event = match kind {
+                0 => DecisionEvent::Open { decision: DecisionId(seq), subject: a.clone(), slots: vec![b.clone(), a.clone()], deadline: b.clone(), max_rounds: round },
+                1 => DecisionEvent::Position { decision: DecisionId(seq), slot: a.clone(), round, content: b.clone() },
+                2 => DecisionEvent::Abstain { decision: DecisionId(seq), slot: a.clone(), round, content: b.clone() },
+                _ => DecisionEvent::Close {
+                    decision: DecisionId(seq),
+                    outcome: if t { Outcome::Quorate } else { Outcome::Degraded },
+                    slots: vec![SlotOutcome { slot: a.clone(), outcome: SlotResult::Timeout, round: None }, SlotOutcome { slot: b.clone(), outcome: SlotResult::Abstain, round: Some(round) }],
+                    verdict: a.clone(),
+                    rationale: b.clone(),
+                },
+            };
+            let e = Entry { seq, ts: b.clone(), actor: Author { member: a.clone(), role: b.clone(), slot }, event, prev: a.clone() };
+            prop_assert_eq!(entry_line(&e), line_of(&e));
+        }
     }
 
     proptest! {

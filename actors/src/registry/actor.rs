@@ -300,6 +300,7 @@ impl Actor for RegistryActor {
                 st.core.set_limits(limits(&st.ctx));
             }
             RegistryMsg::Tick => {
+                st.timer.fired();
                 let out = st.core.tick(now);
                 st.answer(out);
             }

@@ -58,6 +58,9 @@ pub enum SlotMsg {
         reply: RpcReplyPort<()>,
     },
     Reload,
+    /// Tell the injector the current status (it just started). Sent through the same path as
+    /// every status change, so a stale view can never overtake a newer one.
+    Announce,
     /// Debug builds only: panic inside the actor, to exercise supervision.
     Panic,
 }
@@ -318,6 +321,7 @@ impl Actor for SlotActor {
             Some(h) => Ok(h),
             None => ctx.term.connect(&name, record.generation).await,
         };
+        let mut adopted_pid = None;
         let (input, fwd, exit_reason) = match handle {
             Ok(h) => {
                 if !h.snapshot.is_empty() {
@@ -325,10 +329,7 @@ impl Actor for SlotActor {
                 }
                 if adopted {
                     tracing::info!(member = %name, pid = h.pid, "terminal re-adopted");
-                    ctx.events.emit(EventKind::Adopted {
-                        member: name.clone(),
-                        pid: Some(h.pid),
-                    });
+                    adopted_pid = Some(h.pid);
                 }
                 if (record.pid != Some(h.pid) || record.host_pid != h.host_pid)
                     && let Ok(r) = ctx.dir.registry()
@@ -380,6 +381,13 @@ impl Actor for SlotActor {
                 format!("the slot of `{name}`"),
             ),
         );
+        // Announced once the slot can take calls.
+        if let Some(pid) = adopted_pid {
+            ctx.events.emit(EventKind::Adopted {
+                member: name.clone(),
+                pid: Some(pid),
+            });
+        }
         Ok(st)
     }
 
@@ -453,6 +461,7 @@ impl Actor for SlotActor {
                 }
             },
             SlotMsg::Tick => {
+                st.timer.fired();
                 let fx = st.core.tick(now);
                 st.apply(fx);
             }
@@ -539,6 +548,14 @@ impl Actor for SlotActor {
                 st.core.set_profile(p);
                 st.enter_delay_ms = d;
                 st.core.set_settings(settings(&st.ctx, st.role));
+            }
+            SlotMsg::Announce => {
+                if let Some(i) = st.ctx.dir.injector(&st.name) {
+                    i.cast(InjectorMsg::Target(TargetView {
+                        status: st.core.status(),
+                        injectable: st.core.injectable(),
+                    }));
+                }
             }
             SlotMsg::Panic => {
                 if cfg!(debug_assertions) {

@@ -226,14 +226,18 @@ impl Actor for Supervisor {
                 for child in st.children.iter_mut().rev() {
                     if let Some(cell) = child.cell.take() {
                         tracing::debug!(child = %child.spec.id, "stopping");
-                        if cell
+                        match cell
                             .stop_and_wait(Some("shutdown".into()), Some(share))
                             .await
-                            .is_err()
                         {
-                            tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
-                            cell.kill();
-                            hung.push(child.spec.id.clone());
+                            Ok(()) => {}
+                            Err(ractor::RactorErr::Timeout) => {
+                                tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
+                                cell.kill();
+                                hung.push(child.spec.id.clone());
+                            }
+                            // It had already stopped (a member that exited just before).
+                            Err(_) => tracing::debug!(child = %child.spec.id, "already stopped"),
                         }
                     }
                 }

@@ -282,6 +282,7 @@ impl Actor for DeskActor {
                 let _ = reply.send(st.core.all().cloned().collect());
             }
             DeskMsg::Tick => {
+                st.timer.fired();
                 // Drop the waits whose callers went away.
                 let gone: Vec<u64> = st
                     .waiters
