@@ -849,7 +849,8 @@ mod tests {
             let tail_entry = |k: usize| !is_cp(k) && serde_json::from_str::<Entry>(&ls[k]).unwrap().seq > max_cp;
             let _ = covered;
             let i = 1 + a.index(ls.len() - 2); // not the header, not the last line
-            if !(is_cp(i) && i >= run_start) && !tail_entry(i) {
+            let in_last_run = is_cp(i) && i >= run_start;
+            if !in_last_run && !tail_entry(i) {
                 let mut del = ls.clone();
                 del.remove(i);
                 prop_assert!(verify(&join(&del), Some(&vk)).is_err(), "deleting line {} went unnoticed", i + 1);
