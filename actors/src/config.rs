@@ -36,6 +36,8 @@ pub struct Config {
     #[serde(default)]
     pub ledger: LedgerConfig,
     #[serde(default)]
+    pub drift: DriftConfig,
+    #[serde(default)]
     pub supervision: BTreeMap<String, RestartPolicyConfig>,
     #[serde(default)]
     pub architects: BTreeMap<String, ArchitectSlot>,
@@ -183,6 +185,59 @@ impl Default for LedgerConfig {
             checkpoint_every: 16,
         }
     }
+}
+
+/// The drift protocol's knobs (see docs/drift-schema.md).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DriftConfig {
+    /// Pullers read the KB at most once per heartbeat.
+    pub heartbeat_secs: u64,
+    /// G2: an anchor this young is fresh...
+    pub ttl_hours: u64,
+    /// ...this young is in grace (usable, flagged); older is expired.
+    pub grace_days: u64,
+    /// G2: a timestamp more than this far in the future fails.
+    pub skew_secs: u64,
+    /// G4: the reader's own drift events count as statements about every peer.
+    pub fleet_wide_drift: bool,
+    /// Bootstrapping: the baseline an identity starts from when no peer has observed it.
+    pub default_baseline: Option<String>,
+    /// Signer keys trusted besides this host's own (base64 public keys).
+    pub trust: Vec<String>,
+    /// Circles: name -> the roles an identity in it may not take.
+    pub circles: BTreeMap<String, CircleConfig>,
+    /// Per identity: its circle and its own default baseline.
+    pub identities: BTreeMap<String, DriftIdentity>,
+}
+
+impl Default for DriftConfig {
+    fn default() -> Self {
+        DriftConfig {
+            heartbeat_secs: 60,
+            ttl_hours: 48,
+            grace_days: 7,
+            skew_secs: 300,
+            fleet_wide_drift: false,
+            default_baseline: None,
+            trust: vec![],
+            circles: BTreeMap::new(),
+            identities: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CircleConfig {
+    pub forbidden: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DriftIdentity {
+    pub circle: Option<String>,
+    pub default_baseline: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -418,6 +473,31 @@ impl Config {
                     "architects.{slot}: a slot name must be a valid member name"
                 ));
             }
+        }
+        for (id, d) in &self.drift.identities {
+            if let Some(c) = &d.circle
+                && !self.drift.circles.contains_key(c)
+            {
+                problems.push(format!(
+                    "drift.identities.{id}.circle names `{c}`, which is not in drift.circles"
+                ));
+            }
+        }
+        for k in &self.drift.trust {
+            if crate::keys::parse_public(k).is_err() {
+                problems.push(format!(
+                    "drift.trust: `{k}` is not a public key (base64 of 32 bytes)"
+                ));
+            }
+        }
+        if self.drift.heartbeat_secs == 0 || self.drift.ttl_hours == 0 || self.drift.grace_days == 0
+        {
+            problems.push(
+                "drift.heartbeat_secs, ttl_hours and grace_days must be greater than 0".into(),
+            );
+        }
+        if self.drift.ttl_hours > self.drift.grace_days * 24 {
+            problems.push("drift.ttl_hours must not exceed drift.grace_days (in hours)".into());
         }
         if self.ledger.checkpoint_every == 0 {
             problems.push("ledger.checkpoint_every must be at least 1".into());

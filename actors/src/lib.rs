@@ -8,6 +8,7 @@ pub mod clock;
 pub mod config;
 pub mod ctx;
 pub mod decision;
+pub mod drift;
 pub mod error;
 pub mod events;
 pub mod fleet;

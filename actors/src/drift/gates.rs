@@ -1,0 +1,1116 @@
+//! The drift gates: reading a peer's anchor and deciding how far to trust it (G1-G4), cascade
+//! conflicts, and bootstrapping. The seed's `drift-protocol.md`, with the looser parts fixed as
+//! docs/drift-schema.md states them.
+//!
+//! Owns the rules only. Pure: it takes an in-memory snapshot of the KB (the files' text, or why a
+//! directory could not be read), the time, the reader and the trusted keys, and returns reports.
+//! Must never read a file, never write a log line, never depend on the order lines were read in
+//! beyond each file's own line order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ed25519_dalek::VerifyingKey;
+use serde::Serialize;
+
+use crate::drift::line::{self, Kind, Valid};
+use crate::types::Millis;
+
+const DAY_MS: Millis = 86_400_000;
+const MINUTE_MS: Millis = 60_000;
+
+/// One `{date}.jsonl` file: its date, its path (for reports), its lines (line 1 is the header).
+#[derive(Clone, Debug)]
+pub struct LogFile {
+    pub date: String,
+    pub path: String,
+    pub text: String,
+}
+
+/// One identity's directory.
+#[derive(Clone, Debug)]
+pub enum Logs {
+    Present(Vec<LogFile>),
+    /// The directory exists but could not be read; the reader keeps its cached anchor.
+    Unreadable(String),
+}
+
+/// The KB as read at one instant: identity -> its logs.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub identities: BTreeMap<String, Logs>,
+}
+
+/// The rules' parameters.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub now: Millis,
+    pub ttl_ms: Millis,
+    pub grace_ms: Millis,
+    pub skew_ms: Millis,
+    pub fleet_wide_drift: bool,
+    /// identity -> roles its circle forbids.
+    pub forbidden: BTreeMap<String, Vec<String>>,
+    /// Identities known from config (peers even without a log).
+    pub known: BTreeSet<String>,
+}
+
+impl Params {
+    pub fn from_config(c: &crate::config::DriftConfig, now: Millis) -> Params {
+        let forbidden = c
+            .identities
+            .iter()
+            .filter_map(|(id, d)| {
+                d.circle
+                    .as_ref()
+                    .and_then(|circle| c.circles.get(circle))
+                    .map(|cc| (id.clone(), cc.forbidden.clone()))
+            })
+            .collect();
+        Params {
+            now,
+            ttl_ms: c.ttl_hours * 3_600_000,
+            grace_ms: c.grace_days * DAY_MS,
+            skew_ms: c.skew_secs * 1000,
+            fleet_wide_drift: c.fleet_wide_drift,
+            forbidden,
+            known: c.identities.keys().cloned().collect(),
+        }
+    }
+}
+
+/// A line that passed G1, with where it came from.
+#[derive(Clone, Debug)]
+pub struct At {
+    pub owner: String,
+    pub date: String,
+    pub path: String,
+    pub lineno: usize,
+    pub v: Valid,
+}
+
+impl At {
+    /// The identity the line speaks about.
+    pub fn about(&self) -> &str {
+        self.v.subject.as_deref().unwrap_or(&self.owner)
+    }
+    fn day(&self) -> Millis {
+        self.v.ts_ms / DAY_MS
+    }
+    fn minute(&self) -> Millis {
+        self.v.ts_ms / MINUTE_MS
+    }
+    fn place(&self) -> String {
+        format!("{} line {}", self.path, self.lineno)
+    }
+}
+
+/// Every log parsed and checked (G1, signatures batch-verified).
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    /// owner -> (valid lines in file order per date, G1 failures, unreadable?)
+    pub owners: BTreeMap<String, OwnerIndex>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct OwnerIndex {
+    /// date -> valid lines of that file, in file order.
+    pub files: BTreeMap<String, Vec<At>>,
+    /// date -> (place, why) of every line that failed G1.
+    pub bad: BTreeMap<String, Vec<String>>,
+    pub unreadable: Option<String>,
+}
+
+impl OwnerIndex {
+    pub fn latest_date(&self) -> Option<&String> {
+        self.files.keys().chain(self.bad.keys()).max()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.files.values().all(|v| v.is_empty()) && self.bad.values().all(|v| v.is_empty())
+    }
+}
+
+/// Parse and check every line of a snapshot. Signatures are verified in one batch.
+pub fn index(s: &Snapshot, trusted: &[VerifyingKey]) -> Index {
+    let mut out = Index::default();
+    let mut pending: Vec<(String, String, String, usize, line::Parsed)> = vec![];
+    for (owner, logs) in &s.identities {
+        let oi = out.owners.entry(owner.clone()).or_default();
+        let files = match logs {
+            Logs::Unreadable(why) => {
+                oi.unreadable = Some(why.clone());
+                continue;
+            }
+            Logs::Present(f) => f,
+        };
+        for f in files {
+            oi.files.entry(f.date.clone()).or_default();
+            let mut lines = f.text.lines();
+            let Some(h) = lines.next() else { continue };
+            if let Err(why) = line::check_header(h, owner, &f.date) {
+                oi.bad.entry(f.date.clone()).or_default().push(format!(
+                    "G1: {} line 1: {why}; the whole file is skipped",
+                    f.path
+                ));
+                continue;
+            }
+            for (i, l) in lines.enumerate() {
+                if l.trim().is_empty() {
+                    continue;
+                }
+                match line::parse(l, trusted) {
+                    Ok(p) => {
+                        pending.push((owner.clone(), f.date.clone(), f.path.clone(), i + 2, p))
+                    }
+                    Err(why) => oi.bad.entry(f.date.clone()).or_default().push(format!(
+                        "G1: {} line {}: {why}",
+                        f.path,
+                        i + 2
+                    )),
+                }
+            }
+        }
+    }
+    let refs: Vec<&line::Parsed> = pending.iter().map(|(_, _, _, _, p)| p).collect();
+    let ok = line::verify_all(&refs);
+    for ((owner, date, path, lineno, p), good) in pending.into_iter().zip(ok) {
+        let oi = out.owners.entry(owner.clone()).or_default();
+        if good {
+            oi.files.entry(date.clone()).or_default().push(At {
+                owner,
+                date,
+                path,
+                lineno,
+                v: p.valid,
+            });
+        } else {
+            oi.bad
+                .entry(date)
+                .or_default()
+                .push(format!("G1: {path} line {lineno}: the signature does not verify (the line was altered or forged)"));
+        }
+    }
+    for oi in out.owners.values_mut() {
+        for v in oi.files.values_mut() {
+            v.sort_by_key(|a| a.lineno);
+        }
+    }
+    out
+}
+
+// ---- roles ---------------------------------------------------------------------------
+
+/// Words that carry no role: articles, pronouns, and generic agent words.
+const STOP: &[&str] = &[
+    "a",
+    "an",
+    "the",
+    "of",
+    "for",
+    "and",
+    "or",
+    "to",
+    "in",
+    "on",
+    "at",
+    "as",
+    "by",
+    "with",
+    "from",
+    "i",
+    "im",
+    "am",
+    "is",
+    "are",
+    "be",
+    "was",
+    "my",
+    "our",
+    "your",
+    "this",
+    "that",
+    "it",
+    "me",
+    "we",
+    "agent",
+    "agents",
+    "bot",
+    "bots",
+    "assistant",
+    "role",
+    "ai",
+    "llm",
+    "acting",
+    "act",
+];
+
+/// The normalised role terms of a statement: lowercase words, stop words dropped, each reduced
+/// by the Snowball English stemmer ("researcher" and "research agent" both give {"research"}).
+pub fn role_terms(s: &str) -> BTreeSet<String> {
+    let stemmer = rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English);
+    s.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && !STOP.contains(w))
+        .map(|w| stemmer.stem(w).into_owned())
+        .collect()
+}
+
+/// Two statements name the same role: equal term sets, or one a subset of the other
+/// ("researcher" / "senior researcher"). Statements with no terms compare as plain text.
+pub fn same_role(a: &str, b: &str) -> bool {
+    let (ta, tb) = (role_terms(a), role_terms(b));
+    if ta.is_empty() || tb.is_empty() {
+        return a.trim().eq_ignore_ascii_case(b.trim());
+    }
+    ta.is_subset(&tb) || tb.is_subset(&ta)
+}
+
+/// Does `statement` name the role `forbidden` (all of its terms appear)?
+pub fn names_role(statement: &str, forbidden: &str) -> bool {
+    let f = role_terms(forbidden);
+    !f.is_empty() && f.is_subset(&role_terms(statement))
+}
+
+// ---- the report ----------------------------------------------------------------------
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub peer: String,
+    pub anchor: Option<String>,
+    pub anchor_ts: Option<String>,
+    pub anchor_tick: Option<u64>,
+    pub g1: &'static str,
+    pub g2: &'static str,
+    pub g3: &'static str,
+    pub g4: &'static str,
+    pub verdict: &'static str,
+    pub alerts: Vec<String>,
+    /// Identities whose reports about the peer G3 weighed.
+    pub reporters: Vec<String>,
+}
+
+impl Report {
+    /// A cascade alert (G3 conflict) or a self-consistency alert (G4).
+    pub fn is_alarming(&self) -> bool {
+        self.g3 == "conflict" || self.g4 == "alert"
+    }
+}
+
+/// The peers a reader evaluates: every identity with a directory, named as a subject, or known
+/// from config, except the reader itself.
+pub fn peers(ix: &Index, p: &Params, reader: Option<&str>) -> Vec<String> {
+    let mut out: BTreeSet<String> = ix.owners.keys().cloned().collect();
+    for oi in ix.owners.values() {
+        for a in oi.files.values().flatten() {
+            if let Some(s) = &a.v.subject {
+                out.insert(s.clone());
+            }
+        }
+    }
+    out.extend(p.known.iter().cloned());
+    if let Some(r) = reader {
+        out.remove(r);
+    }
+    out.into_iter().collect()
+}
+
+/// Every report about `peer` within the recent window (G3's and G4's evidence): its own lines
+/// about itself and every other identity's lines about it, that carry a baseline.
+fn reports<'a>(ix: &'a Index, peer: &str, p: &Params) -> Vec<&'a At> {
+    let lo = p.now.saturating_sub(p.grace_ms);
+    let hi = p.now + p.skew_ms;
+    let mut out: Vec<&At> = ix
+        .owners
+        .values()
+        .flat_map(|oi| oi.files.values().flatten())
+        .filter(|a| {
+            a.about() == peer
+                && a.v.kind.has_baseline()
+                && a.v.baseline.is_some()
+                && a.v.ts_ms >= lo
+                && a.v.ts_ms <= hi
+        })
+        .collect();
+    // Deterministic whatever the read order: by time, then place.
+    out.sort_by(|x, y| {
+        (x.v.ts_ms, &x.owner, &x.date, x.lineno).cmp(&(y.v.ts_ms, &y.owner, &y.date, y.lineno))
+    });
+    out
+}
+
+/// Evaluate one peer as `reader` would at `p.now`. `cached` is the last good anchor from an
+/// earlier pull (text, ts, tick), used when the peer's directory cannot be read.
+pub fn evaluate(
+    ix: &Index,
+    peer: &str,
+    reader: Option<&str>,
+    p: &Params,
+    cached: Option<(&str, &str, u64)>,
+) -> Report {
+    let mut alerts = vec![];
+    let own = ix.owners.get(peer);
+    // ---- the anchor: the last clean fencepost/reanchor about itself in the latest-date log ----
+    let mut g1 = "pass";
+    let mut candidates_seen = false;
+    let mut anchor: Option<&At> = None;
+    let mut unreadable = None;
+    if let Some(oi) = own {
+        if let Some(why) = &oi.unreadable {
+            unreadable = Some(why.clone());
+        } else if let Some(latest) = oi.latest_date() {
+            if let Some(bad) = oi.bad.get(latest)
+                && !bad.is_empty()
+            {
+                g1 = "fail";
+                alerts.extend(bad.iter().cloned());
+            }
+            for a in oi.files.get(latest).into_iter().flatten() {
+                let anchoring = matches!(a.v.kind, Kind::Fencepost | Kind::Reanchor)
+                    && a.v.clean
+                    && a.about() == peer;
+                if !anchoring {
+                    continue;
+                }
+                candidates_seen = true;
+                if a.v.ts_ms > p.now + p.skew_ms {
+                    alerts.push(format!(
+                        "G2: {}: dated {}, more than {} s in the future; not used",
+                        a.place(),
+                        a.v.ts,
+                        p.skew_ms / 1000
+                    ));
+                    continue;
+                }
+                anchor = Some(a);
+            }
+            if g1 == "fail" && anchor.is_none() {
+                candidates_seen = true;
+            }
+        }
+    }
+    // ---- G2: recency by the reader's clock ----
+    let (mut anchor_text, mut anchor_ts, mut anchor_tick, mut anchor_ms) = (
+        anchor.and_then(|a| a.v.baseline.clone()),
+        anchor.map(|a| a.v.ts.clone()),
+        anchor.map(|a| a.v.tick),
+        anchor.map(|a| a.v.ts_ms),
+    );
+    if let Some(why) = &unreadable {
+        alerts.push(format!("KB: {peer}'s logs could not be read ({why}); using the cached anchor, retrying next heartbeat"));
+        if let Some((t, ts, tick)) = cached {
+            anchor_text = Some(t.to_string());
+            anchor_ts = Some(ts.to_string());
+            anchor_tick = Some(tick);
+            anchor_ms = chrono::DateTime::parse_from_rfc3339(ts)
+                .ok()
+                .map(|d| d.timestamp_millis().max(0) as Millis);
+        }
+    }
+    let g2 = match anchor_ms {
+        None => "n/a",
+        Some(t) => {
+            let age = p.now.saturating_sub(t);
+            if age <= p.ttl_ms {
+                "fresh"
+            } else if age <= p.grace_ms {
+                alerts.push(format!(
+                    "G2: the anchor is {} h old (grace: usable, flagged)",
+                    age / 3_600_000
+                ));
+                "grace"
+            } else {
+                alerts.push(format!(
+                    "G2: the anchor is {} days old: expired, discarded (a fresh instance)",
+                    age / DAY_MS
+                ));
+                "expired"
+            }
+        }
+    };
+    if g2 == "expired" {
+        anchor_text = None;
+        anchor_ts = None;
+        anchor_tick = None;
+    }
+    // ---- G3: peer consistency over every recent report about the peer ----
+    let rs = reports(ix, peer, p);
+    let mut conflict = false;
+    let mut seen_pairs = BTreeSet::new();
+    for (i, a) in rs.iter().enumerate() {
+        for b in &rs[i + 1..] {
+            let (ba, bb) = (
+                a.v.baseline.as_deref().unwrap_or(""),
+                b.v.baseline.as_deref().unwrap_or(""),
+            );
+            if a.day() == b.day() && !same_role(ba, bb) {
+                let key = (
+                    "day",
+                    a.day(),
+                    role_terms(ba)
+                        .into_iter()
+                        .chain(role_terms(bb))
+                        .collect::<Vec<_>>(),
+                );
+                if seen_pairs.insert(key) {
+                    alerts.push(format!(
+                        "G3 conflict (same 24 h window): {} says {ba:?}, {} says {bb:?} about {peer} on {}",
+                        a.place(),
+                        b.place(),
+                        &a.v.ts[..10.min(a.v.ts.len())]
+                    ));
+                }
+                conflict = true;
+            }
+            if a.minute() == b.minute() && a.v.clean != b.v.clean {
+                let (clean, drift) = if a.v.clean { (a, b) } else { (b, a) };
+                alerts.push(format!(
+                    "G3 conflict (same minute): {} reports {peer} clean and {} reports it in drift at {}",
+                    clean.place(),
+                    drift.place(),
+                    &clean.v.ts[..16.min(clean.v.ts.len())]
+                ));
+                conflict = true;
+            }
+        }
+    }
+    if let Some(forbidden) = p.forbidden.get(peer) {
+        for a in &rs {
+            let b = a.v.baseline.as_deref().unwrap_or("");
+            if let Some(role) = forbidden.iter().find(|f| names_role(b, f)) {
+                alerts.push(format!("G3 conflict (circle): {} says {peer} is {b:?}, which names the forbidden role {role:?}", a.place()));
+                conflict = true;
+            }
+        }
+    }
+    let reporters: BTreeSet<String> = rs.iter().map(|a| a.owner.clone()).collect();
+    let g3 = if conflict {
+        "conflict"
+    } else {
+        match reporters.len() {
+            0 => "n/a",
+            1 => "single",
+            _ => "consensus",
+        }
+    };
+    // ---- G4: the reader's own statements about the peer, minute by minute ----
+    let mut g4 = "n/a";
+    if let Some(r) = reader.filter(|r| *r != peer) {
+        let lo = p.now.saturating_sub(p.grace_ms);
+        let hi = p.now + p.skew_ms;
+        let mine: Vec<&At> = ix
+            .owners
+            .get(r)
+            .into_iter()
+            .flat_map(|oi| oi.files.values().flatten())
+            .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= hi && a.v.kind.has_baseline())
+            .filter(|a| {
+                a.v.subject.as_deref() == Some(peer)
+                    || (p.fleet_wide_drift && a.v.subject.is_none())
+            })
+            .collect();
+        let theirs: Vec<&At> = rs.iter().copied().filter(|a| a.owner == peer).collect();
+        for m in &mine {
+            for t in theirs.iter().filter(|t| t.minute() == m.minute()) {
+                if g4 == "n/a" {
+                    g4 = "ok";
+                }
+                if t.v.clean != m.v.clean {
+                    g4 = "alert";
+                    alerts.push(format!(
+                        "G4 alert: {} says {peer} is {} but {peer}'s own {} says {} in the same minute",
+                        m.place(),
+                        if m.v.clean { "clean" } else { "in drift" },
+                        t.place(),
+                        if t.v.clean { "clean" } else { "in drift" }
+                    ));
+                }
+            }
+        }
+    }
+    // ---- the verdict ----
+    let verdict = if g3 == "conflict" || g4 == "alert" {
+        "untrusted"
+    } else if anchor_text.is_none() {
+        if unreadable.is_some() || (candidates_seen && g2 != "expired") {
+            "untrusted"
+        } else {
+            "fresh_instance"
+        }
+    } else if g2 == "grace" {
+        "stale"
+    } else {
+        "trusted"
+    };
+    Report {
+        peer: peer.to_string(),
+        anchor: anchor_text,
+        anchor_ts,
+        anchor_tick,
+        g1,
+        g2,
+        g3,
+        g4,
+        verdict,
+        alerts,
+        reporters: reporters.into_iter().collect(),
+    }
+}
+
+/// Evaluate every peer.
+pub fn evaluate_all(ix: &Index, reader: Option<&str>, p: &Params) -> Vec<Report> {
+    peers(ix, p, reader)
+        .iter()
+        .map(|peer| evaluate(ix, peer, reader, p, None))
+        .collect()
+}
+
+/// Bootstrapping an identity with no log: the most recent clean observation of it by another
+/// identity that G2 accepts (fresh or grace) becomes its initial anchor (source `peer_consensus`);
+/// without one, the caller uses the operator default (source `operator_default`).
+pub fn bootstrap(ix: &Index, identity: &str, p: &Params) -> Option<(String, String)> {
+    let lo = p.now.saturating_sub(p.grace_ms);
+    ix.owners
+        .iter()
+        .filter(|(owner, _)| owner.as_str() != identity)
+        .flat_map(|(_, oi)| oi.files.values().flatten())
+        .filter(|a| a.v.subject.as_deref() == Some(identity) && a.v.clean && a.v.baseline.is_some())
+        .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= p.now + p.skew_ms)
+        .max_by_key(|a| (a.v.ts_ms, a.owner.clone(), a.lineno))
+        .map(|a| (a.v.baseline.clone().unwrap_or_default(), a.owner.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drift::line::{NewLine, sign};
+    use ed25519_dalek::SigningKey;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    const NOW: Millis = 1_796_212_800_000; // 2026-12-02T12:00:00Z
+    const H: Millis = 3_600_000;
+
+    fn key() -> SigningKey {
+        SigningKey::from_bytes(&[5u8; 32])
+    }
+
+    #[derive(Default, Clone)]
+    struct Kb {
+        files: BTreeMap<(String, String), Vec<String>>,
+    }
+
+    impl Kb {
+        fn line(
+            &mut self,
+            owner: &str,
+            kind: Kind,
+            baseline: Option<&str>,
+            delta: Option<serde_json::Value>,
+            subject: Option<&str>,
+            ts: Millis,
+        ) -> &mut Self {
+            let l = sign(
+                &NewLine {
+                    ts_ms: ts,
+                    tick: 1,
+                    kind: Some(kind),
+                    baseline: baseline.map(String::from),
+                    delta,
+                    subject: subject.map(String::from),
+                    ..Default::default()
+                },
+                &key(),
+            );
+            self.raw(owner, &crate::drift::kb::date_of(ts), &l)
+        }
+        fn anchor(&mut self, owner: &str, baseline: &str, ts: Millis) -> &mut Self {
+            self.line(owner, Kind::Fencepost, Some(baseline), None, None, ts)
+        }
+        fn observe(
+            &mut self,
+            owner: &str,
+            subject: &str,
+            baseline: &str,
+            drift: bool,
+            ts: Millis,
+        ) -> &mut Self {
+            let kind = if drift { Kind::Drift } else { Kind::Fencepost };
+            self.line(
+                owner,
+                kind,
+                Some(baseline),
+                drift.then(|| json!({"drift": true})),
+                Some(subject),
+                ts,
+            )
+        }
+        fn raw(&mut self, owner: &str, date: &str, l: &str) -> &mut Self {
+            self.files
+                .entry((owner.into(), date.into()))
+                .or_default()
+                .push(l.to_string());
+            self
+        }
+        fn snapshot(&self) -> Snapshot {
+            let mut s = Snapshot::default();
+            for ((owner, date), lines) in &self.files {
+                let text = format!("{}\n{}\n", line::header(owner, date), lines.join("\n"));
+                let e = s
+                    .identities
+                    .entry(owner.clone())
+                    .or_insert(Logs::Present(vec![]));
+                if let Logs::Present(v) = e {
+                    v.push(LogFile {
+                        date: date.clone(),
+                        path: format!("fleet/drift/{owner}/{date}.jsonl"),
+                        text,
+                    });
+                }
+            }
+            s
+        }
+    }
+
+    fn params() -> Params {
+        Params {
+            now: NOW,
+            ttl_ms: 48 * H,
+            grace_ms: 7 * 24 * H,
+            skew_ms: 5 * 60_000,
+            fleet_wide_drift: false,
+            forbidden: BTreeMap::from([("libra".to_string(), vec!["deployer".to_string()])]),
+            known: BTreeSet::new(),
+        }
+    }
+
+    fn eval(kb: &Kb, peer: &str, reader: Option<&str>) -> Report {
+        let ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        evaluate(&ix, peer, reader, &params(), None)
+    }
+
+    #[test]
+    fn roles_normalise_with_a_real_stemmer() {
+        assert!(same_role("researcher", "research agent"));
+        assert!(same_role("Researcher", "a research assistant"));
+        assert!(same_role("researcher", "senior researcher"));
+        assert!(!same_role("researcher", "deployer"));
+        assert!(names_role("deployment agent for prod", "deployer"));
+        assert!(!names_role("researcher", "deployer"));
+        assert_eq!(
+            role_terms("the Research Agents"),
+            BTreeSet::from(["research".to_string()])
+        );
+    }
+
+    #[test]
+    fn g1_bad_lines_are_skipped_and_reported_never_stopping_the_reader() {
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - H);
+        let date = crate::drift::kb::date_of(NOW);
+        for bad in [
+            "{not json",
+            r#"{"ts":"2026-12-02T11:30:00Z","tick":2,"type":"fencepost","baseline_pos":"","drift_delta":null}"#,
+            r#"{"ts":"2026-12-02T11:31:00Z","tick":2,"type":"fencepost","baseline_pos":7,"drift_delta":null}"#,
+        ] {
+            kb.raw("libra", &date, bad);
+        }
+        // A forged line: a valid line altered after signing.
+        let forged = sign(
+            &NewLine {
+                ts_ms: NOW - 60_000,
+                tick: 9,
+                kind: Some(Kind::Fencepost),
+                baseline: Some("researcher".into()),
+                ..Default::default()
+            },
+            &key(),
+        )
+        .replace("researcher", "deployer");
+        kb.raw("libra", &date, &forged);
+        let r = eval(&kb, "libra", None);
+        assert_eq!(r.g1, "fail");
+        assert_eq!(
+            r.anchor.as_deref(),
+            Some("researcher"),
+            "the valid anchor still stands"
+        );
+        assert_eq!(r.verdict, "trusted");
+        assert_eq!(
+            r.alerts.iter().filter(|a| a.starts_with("G1:")).count(),
+            4,
+            "{:#?}",
+            r.alerts
+        );
+        assert!(
+            r.alerts
+                .iter()
+                .any(|a| a.contains("signature does not verify"))
+        );
+        // Only bad lines: no anchor, and the evidence is bad, so untrusted (not a fresh instance).
+        let mut kb = Kb::default();
+        kb.raw("echo", &date, "{not json");
+        let r = eval(&kb, "echo", None);
+        assert_eq!(
+            (r.g1, r.anchor.clone(), r.verdict),
+            ("fail", None, "untrusted")
+        );
+        // An unknown schema fails the whole file.
+        let mut s = Kb::default().snapshot();
+        s.identities.insert(
+            "echo".into(),
+            Logs::Present(vec![LogFile {
+                date: date.clone(),
+                path: "x".into(),
+                text: r#"{"schema":"fleet.drift/9","identity":"echo","date":"D"}"#
+                    .replace('D', &date)
+                    + "\n",
+            }]),
+        );
+        let ix = index(&s, &[key().verifying_key()]);
+        let r = evaluate(&ix, "echo", None, &params(), None);
+        assert_eq!(r.g1, "fail");
+        assert!(r.alerts[0].contains("unknown schema"));
+    }
+
+    #[test]
+    fn g2_edges() {
+        // (age, g2, verdict)
+        let cases = [
+            (0, "fresh", "trusted"),
+            (48 * H, "fresh", "trusted"),
+            (48 * H + 1, "grace", "stale"),
+            (7 * 24 * H, "grace", "stale"),
+            (7 * 24 * H + 1, "expired", "fresh_instance"),
+        ];
+        for (age, g2, verdict) in cases {
+            let mut kb = Kb::default();
+            kb.anchor("libra", "researcher", NOW - age);
+            let r = eval(&kb, "libra", None);
+            assert_eq!((r.g2, r.verdict), (g2, verdict), "age {age}");
+            assert_eq!(r.anchor.is_some(), g2 != "expired");
+        }
+        // More than the skew in the future: not used.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW + 5 * 60_000 + 1_000);
+        let r = eval(&kb, "libra", None);
+        assert_eq!((r.anchor.clone(), r.verdict), (None, "untrusted"));
+        assert!(r.alerts.iter().any(|a| a.contains("in the future")));
+        // Within the skew: fine.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW + 60_000);
+        assert_eq!(eval(&kb, "libra", None).verdict, "trusted");
+    }
+
+    #[test]
+    fn the_anchor_is_the_last_clean_fencepost_or_reanchor_in_the_latest_log() {
+        let mut kb = Kb::default();
+        kb.anchor("libra", "old role", NOW - 30 * H)
+            .anchor("libra", "researcher", NOW - 2 * H)
+            .line(
+                "libra",
+                Kind::Reanchor,
+                Some("research agent"),
+                None,
+                None,
+                NOW - H,
+            )
+            .line(
+                "libra",
+                Kind::Drift,
+                Some("research agent"),
+                Some(json!({"toward": "x"})),
+                None,
+                NOW - 30 * 60_000,
+            )
+            .observe("libra", "echo", "writer", false, NOW - 20 * 60_000);
+        let r = eval(&kb, "libra", None);
+        assert_eq!(r.anchor.as_deref(), Some("research agent"));
+        // Latest-date log only: a newer file with only a drift event yields no anchor.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - 30 * H).line(
+            "libra",
+            Kind::Drift,
+            Some("researcher"),
+            Some(json!(1)),
+            None,
+            NOW - H,
+        );
+        assert_eq!(eval(&kb, "libra", None).anchor, None);
+    }
+
+    #[test]
+    fn g3_table() {
+        // (description, setup, g3, verdict)
+        type Setup = fn(&mut Kb);
+        let cases: Vec<(&str, Setup, &str, &str)> = vec![
+            (
+                "one reporter",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H);
+                },
+                "single",
+                "trusted",
+            ),
+            (
+                "two consistent reporters",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H).observe(
+                        "echo",
+                        "libra",
+                        "research agent",
+                        false,
+                        NOW - 2 * H,
+                    );
+                },
+                "consensus",
+                "trusted",
+            ),
+            (
+                "same 24 h window, two roles",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H).observe(
+                        "echo",
+                        "libra",
+                        "writer",
+                        false,
+                        NOW - 2 * H,
+                    );
+                },
+                "conflict",
+                "untrusted",
+            ),
+            (
+                "different windows: evolution",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H).observe(
+                        "echo",
+                        "libra",
+                        "writer",
+                        false,
+                        NOW - 30 * H,
+                    );
+                },
+                "consensus",
+                "trusted",
+            ),
+            (
+                "clean and drift in the same minute",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H).observe(
+                        "echo",
+                        "libra",
+                        "researcher",
+                        true,
+                        NOW - H + 10_000,
+                    );
+                },
+                "conflict",
+                "untrusted",
+            ),
+            (
+                "clean and drift a minute apart",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H).observe(
+                        "echo",
+                        "libra",
+                        "researcher",
+                        true,
+                        NOW - H + 61_000,
+                    );
+                },
+                "consensus",
+                "trusted",
+            ),
+            (
+                "circle: a forbidden role",
+                |k| {
+                    k.anchor("libra", "deployment agent", NOW - H);
+                },
+                "conflict",
+                "untrusted",
+            ),
+            (
+                "presence is not evidence",
+                |k| {
+                    k.anchor("libra", "researcher", NOW - H)
+                        .anchor("echo", "writer", NOW - H);
+                },
+                "single",
+                "trusted",
+            ),
+        ];
+        for (what, setup, g3, verdict) in cases {
+            let mut kb = Kb::default();
+            setup(&mut kb);
+            let r = eval(&kb, "libra", None);
+            assert_eq!((r.g3, r.verdict), (g3, verdict), "{what}: {:#?}", r.alerts);
+            if g3 == "conflict" {
+                assert!(
+                    r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn g4_one_minute_window() {
+        // Echo (the reader) observed libra in drift; libra says clean in the same minute.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - H + 5_000).observe(
+            "echo",
+            "libra",
+            "researcher",
+            true,
+            NOW - H + 50_000,
+        );
+        let r = eval(&kb, "libra", Some("echo"));
+        assert_eq!((r.g4, r.verdict), ("alert", "untrusted"));
+        // A minute apart: nothing to compare.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - H).observe(
+            "echo",
+            "libra",
+            "researcher",
+            true,
+            NOW - H + 60_000,
+        );
+        assert_eq!(eval(&kb, "libra", Some("echo")).g4, "n/a");
+        // Agreement in the same minute.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - H).observe(
+            "echo",
+            "libra",
+            "researcher",
+            false,
+            NOW - H + 1_000,
+        );
+        assert_eq!(eval(&kb, "libra", Some("echo")).g4, "ok");
+        // Fleet-wide drift: the reader's own drift event speaks about every peer.
+        let mut kb = Kb::default();
+        kb.anchor("libra", "researcher", NOW - H).line(
+            "echo",
+            Kind::Drift,
+            Some("writer"),
+            Some(json!(1)),
+            None,
+            NOW - H + 1_000,
+        );
+        let ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        let mut p = params();
+        assert_eq!(evaluate(&ix, "libra", Some("echo"), &p, None).g4, "n/a");
+        p.fleet_wide_drift = true;
+        assert_eq!(evaluate(&ix, "libra", Some("echo"), &p, None).g4, "alert");
+    }
+
+    #[test]
+    fn empty_missing_and_unreadable_logs() {
+        // Missing or empty log: a fresh instance, not an error.
+        let ix = index(&Kb::default().snapshot(), &[key().verifying_key()]);
+        let r = evaluate(&ix, "ghost", None, &params(), None);
+        assert_eq!(
+            (r.verdict, r.g1, r.g2, r.g3, r.g4),
+            ("fresh_instance", "pass", "n/a", "n/a", "n/a")
+        );
+        let mut s = Snapshot::default();
+        s.identities.insert(
+            "libra".into(),
+            Logs::Present(vec![LogFile {
+                date: "2026-12-02".into(),
+                path: "p".into(),
+                text: line::header("libra", "2026-12-02") + "\n",
+            }]),
+        );
+        let r = evaluate(
+            &index(&s, &[key().verifying_key()]),
+            "libra",
+            None,
+            &params(),
+            None,
+        );
+        assert_eq!(r.verdict, "fresh_instance");
+        // Unreadable: the cached anchor is used, never discarded on a failure.
+        let mut s = Snapshot::default();
+        s.identities
+            .insert("libra".into(), Logs::Unreadable("permission denied".into()));
+        let ix = index(&s, &[key().verifying_key()]);
+        let cached_ts = crate::clock::rfc3339(NOW - H);
+        let r = evaluate(
+            &ix,
+            "libra",
+            None,
+            &params(),
+            Some(("researcher", &cached_ts, 4)),
+        );
+        assert_eq!(
+            (r.anchor.as_deref(), r.g2, r.verdict),
+            (Some("researcher"), "fresh", "trusted")
+        );
+        assert!(r.alerts.iter().any(|a| a.contains("could not be read")));
+        let r = evaluate(&ix, "libra", None, &params(), None);
+        assert_eq!(r.verdict, "untrusted");
+    }
+
+    #[test]
+    fn bootstrap_from_peer_observations_or_none() {
+        let mut kb = Kb::default();
+        kb.observe("echo", "nova", "tester", false, NOW - 3 * H)
+            .observe("libra", "nova", "test engineer", false, NOW - H);
+        let ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        assert_eq!(
+            bootstrap(&ix, "nova", &params()),
+            Some(("test engineer".into(), "libra".into()))
+        );
+        let mut kb = Kb::default();
+        kb.observe("echo", "nova", "tester", false, NOW - 8 * 24 * H);
+        let ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        assert_eq!(bootstrap(&ix, "nova", &params()), None, "too old for G2");
+    }
+
+    proptest! {
+        /// The verdict never depends on the order the KB was read in: files in any order,
+        /// identities in any order.
+        #[test]
+        fn verdicts_do_not_depend_on_read_order(
+            seed in proptest::collection::vec((0u8..3, 0u8..3, 0u8..4, any::<bool>(), 0u32..(72 * 60)), 1..14),
+            shuffle in any::<u64>(),
+        ) {
+            let names = ["libra", "echo", "cairn"];
+            let roles = ["researcher", "research agent", "writer", "deployer"];
+            let mut kb = Kb::default();
+            for (owner, subject, role, drift, minutes_ago) in seed {
+                let ts = NOW - minutes_ago as u64 * 60_000;
+                let (o, s) = (names[owner as usize], names[subject as usize]);
+                if o == s {
+                    if drift {
+                        kb.line(o, Kind::Drift, Some(roles[role as usize]), Some(json!(1)), None, ts);
+                    } else {
+                        kb.anchor(o, roles[role as usize], ts);
+                    }
+                } else {
+                    kb.observe(o, s, roles[role as usize], drift, ts);
+                }
+            }
+            let snap = kb.snapshot();
+            let mut shuffled = snap.clone();
+            let mut rng = shuffle;
+            for logs in shuffled.identities.values_mut() {
+                if let Logs::Present(v) = logs {
+                    // A deterministic shuffle of the file order.
+                    for i in (1..v.len()).rev() {
+                        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let j = (rng >> 33) as usize % (i + 1);
+                        v.swap(i, j);
+                    }
+                }
+            }
+            let k = [key().verifying_key()];
+            let (a, b) = (index(&snap, &k), index(&shuffled, &k));
+            for reader in [None, Some("echo")] {
+                for peer in names {
+                    let (ra, rb) = (evaluate(&a, peer, reader, &params(), None), evaluate(&b, peer, reader, &params(), None));
+                    prop_assert_eq!((ra.verdict, ra.g1, ra.g2, ra.g3, ra.g4, ra.anchor.clone()), (rb.verdict, rb.g1, rb.g2, rb.g3, rb.g4, rb.anchor.clone()));
+                }
+            }
+        }
+    }
+}

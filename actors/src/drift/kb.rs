@@ -1,0 +1,166 @@
+//! The knowledge base on disk: `KB/fleet/drift/{identity}/{YYYY-MM-DD}.jsonl`.
+//!
+//! Owns reading a KB into a [`Snapshot`] (bounded: file sizes, file counts) and appending a
+//! signed line (creating the day's file with its header). Must never interpret a line: that is
+//! the gates' job.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::drift::gates::{LogFile, Logs, Snapshot};
+use crate::drift::line;
+use crate::types::Millis;
+
+/// Largest log file read; a bigger one is reported unreadable.
+pub const MAX_FILE: u64 = 16 << 20;
+/// At most this many date files per identity are read (the newest).
+pub const MAX_FILES: usize = 400;
+
+/// `KB/fleet/drift`, or KB itself if it already is a drift directory.
+pub fn drift_root(kb: &Path) -> PathBuf {
+    let nested = kb.join("fleet").join("drift");
+    if nested.is_dir() {
+        nested
+    } else {
+        kb.to_path_buf()
+    }
+}
+
+/// The UTC date of a time, as the file name uses it.
+pub fn date_of(ms: Millis) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| "1970-01-01".into())
+}
+
+fn is_date(s: &str) -> bool {
+    s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()
+}
+
+/// The dates one identity has logs for, oldest first.
+pub fn dates(kb: &Path, identity: &str) -> std::io::Result<Vec<String>> {
+    let dir = drift_root(kb).join(identity);
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(d) = name.strip_suffix(".jsonl")
+            && is_date(d)
+        {
+            out.push(d.to_string());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Read a whole KB. Errors only if the KB root itself cannot be read.
+pub fn read(kb: &Path) -> std::io::Result<Snapshot> {
+    let root = drift_root(kb);
+    let mut s = Snapshot::default();
+    for e in std::fs::read_dir(&root)? {
+        let e = e?;
+        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        let identity = e.file_name().to_string_lossy().into_owned();
+        if crate::types::MemberName::new(&identity).is_err() {
+            continue;
+        }
+        s.identities
+            .insert(identity.clone(), read_identity(&root, &identity));
+    }
+    Ok(s)
+}
+
+/// Read one identity's directory (missing = no logs).
+pub fn read_identity(root: &Path, identity: &str) -> Logs {
+    let dir = root.join(identity);
+    let mut dates = vec![];
+    match std::fs::read_dir(&dir) {
+        Ok(rd) => {
+            for e in rd {
+                let Ok(e) = e else { continue };
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(d) = name.strip_suffix(".jsonl")
+                    && is_date(d)
+                {
+                    dates.push(d.to_string());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Logs::Present(vec![]),
+        Err(e) => return Logs::Unreadable(e.to_string()),
+    }
+    dates.sort();
+    let skip = dates.len().saturating_sub(MAX_FILES);
+    let mut files = vec![];
+    for d in dates.into_iter().skip(skip) {
+        let p = dir.join(format!("{d}.jsonl"));
+        let rel = format!("fleet/drift/{identity}/{d}.jsonl");
+        match std::fs::metadata(&p) {
+            Ok(m) if m.len() > MAX_FILE => {
+                return Logs::Unreadable(format!("{rel} is over {MAX_FILE} bytes"));
+            }
+            Ok(_) => {}
+            Err(e) => return Logs::Unreadable(format!("{rel}: {e}")),
+        }
+        match std::fs::read(&p) {
+            Ok(b) => files.push(LogFile {
+                date: d,
+                path: rel,
+                text: String::from_utf8_lossy(&b).into_owned(),
+            }),
+            Err(e) => return Logs::Unreadable(format!("{rel}: {e}")),
+        }
+    }
+    Logs::Present(files)
+}
+
+/// Does `identity` have any log at all?
+pub fn has_log(kb: &Path, identity: &str) -> bool {
+    dates(kb, identity).map(|d| !d.is_empty()).unwrap_or(false)
+}
+
+/// Append a signed line to `identity`'s log for `date`, creating the file with its header.
+/// Synced before it returns.
+pub fn append(
+    kb: &Path,
+    identity: &str,
+    date: &str,
+    signed_line: &str,
+) -> std::io::Result<PathBuf> {
+    let dir = kb.join("fleet").join("drift").join(identity);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{date}.jsonl"));
+    let fresh = !path.exists() || std::fs::metadata(&path)?.len() == 0;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let mut buf = String::new();
+    if fresh {
+        buf.push_str(&line::header(identity, date));
+        buf.push('\n');
+    }
+    buf.push_str(signed_line);
+    buf.push('\n');
+    f.write_all(buf.as_bytes())?;
+    f.sync_data()?;
+    Ok(path)
+}
+
+/// The next tick for `identity`: one past the highest tick in its logs.
+pub fn next_tick(kb: &Path, identity: &str) -> u64 {
+    let root = drift_root(kb);
+    match read_identity(&root, identity) {
+        Logs::Present(files) => files
+            .iter()
+            .flat_map(|f| f.text.lines().skip(1))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v.get("tick").and_then(|t| t.as_u64()))
+            .max()
+            .map_or(1, |t| t + 1),
+        Logs::Unreadable(_) => 1,
+    }
+}
