@@ -176,6 +176,69 @@ pub enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The drift protocol: append offline, check a KB offline, or ask the daemon.
+    Drift {
+        #[command(subcommand)]
+        cmd: DriftCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DriftCmd {
+    /// Append a signed line to an identity's log in a KB directory (no daemon needed).
+    Append {
+        #[arg(long)]
+        kb: PathBuf,
+        /// The host key to sign with (`fleetd keygen --out FILE`).
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        identity: String,
+        /// fencepost, reanchor, drift, first_contact or peer_consistency_alert.
+        #[arg(long = "type")]
+        kind: String,
+        #[arg(long)]
+        baseline: Option<String>,
+        /// drift_delta as JSON (omit for null: a clean line).
+        #[arg(long)]
+        delta: Option<String>,
+        /// The identity the line is about, if not the log's own.
+        #[arg(long)]
+        subject: Option<String>,
+        /// RFC 3339; default now.
+        #[arg(long)]
+        ts: Option<String>,
+        /// Default: one past the identity's highest tick.
+        #[arg(long)]
+        tick: Option<u64>,
+        /// first_contact: peer_consensus or operator_default.
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// Evaluate every peer in a KB as SELF would at NOW, trusting only the given signer keys;
+    /// prints one JSON object per peer. Exits 0 even when peers are untrusted.
+    Check {
+        #[arg(long)]
+        kb: PathBuf,
+        #[arg(long = "self")]
+        reader: String,
+        /// RFC 3339; default now.
+        #[arg(long)]
+        now: Option<String>,
+        /// A trusted signer: a base64 public key or a FILE.pub (repeatable).
+        #[arg(long)]
+        trust: Vec<String>,
+        /// Circles, TTLs, skew, fleet-wide drift and `drift.trust` from a config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The daemon's pullers' view of every peer, and the alerts.
+    Peers {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -418,6 +481,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             "config reload {}: {detail}",
             if *ok { "ok" } else { "refused" }
         ),
+        K::DriftAlert { peer, rule, text } => format!("DRIFT ALERT ({rule}) about {peer}: {text}"),
         K::Decision {
             decision,
             action,
@@ -841,6 +905,30 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 print_decision(&v);
             }
         }
+        Cmd::Drift {
+            cmd: DriftCmd::Peers { json },
+        } => {
+            let v: Value = client(&sd)?.get("/drift").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                println!(
+                    "reader {} (the live primary), heartbeat {} s, last pass {}",
+                    s(&v["reader"]),
+                    s(&v["heartbeat_secs"]),
+                    s(&v["last_pass"])
+                );
+                print_drift_reports(v["peers"].as_array().cloned().unwrap_or_default());
+                for a in v["alerts"].as_array().cloned().unwrap_or_default() {
+                    println!(
+                        "ALERT {} {}: {}",
+                        s(&a["rule"]),
+                        s(&a["peer"]),
+                        s(&a["text"])
+                    );
+                }
+            }
+        }
         Cmd::Reload => {
             let v: Value = client(&sd)?
                 .post("/config/reload", &json!({}))
@@ -857,6 +945,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         | Cmd::EchoServer
         | Cmd::Ledger { .. }
         | Cmd::Keygen { .. }
+        | Cmd::Drift {
+            cmd: DriftCmd::Append { .. } | DriftCmd::Check { .. },
+        }
         | Cmd::PtyHost(_) => unreachable!("handled in main"),
     }
     Ok(())
@@ -1013,6 +1104,149 @@ pub fn ledger_verify(path: &Path, key: Option<&str>, json: bool) -> anyhow::Resu
             Ok(1)
         }
     }
+}
+
+fn print_drift_reports(rows: Vec<Value>) {
+    let rows = rows
+        .iter()
+        .map(|r| {
+            vec![
+                s(&r["peer"]),
+                s(&r["verdict"]),
+                s(&r["g1"]),
+                s(&r["g2"]),
+                s(&r["g3"]),
+                s(&r["g4"]),
+                fleetd_actors::types::truncate(r["anchor"].as_str().unwrap_or("-"), 40),
+                r["alerts"]
+                    .as_array()
+                    .map(|a| a.len())
+                    .unwrap_or(0)
+                    .to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "PEER", "VERDICT", "G1", "G2", "G3", "G4", "ANCHOR", "ALERTS",
+        ],
+        rows,
+    );
+}
+
+fn read_key_arg(k: &str) -> anyhow::Result<ed25519_dalek::VerifyingKey> {
+    let text = if Path::new(k).is_file() {
+        std::fs::read_to_string(k).with_context(|| format!("key file {k}"))?
+    } else {
+        k.to_string()
+    };
+    fleetd_actors::keys::parse_public(text.trim()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn parse_time(s: &str) -> anyhow::Result<u64> {
+    let t = chrono::DateTime::parse_from_rfc3339(s)
+        .with_context(|| format!("{s:?} is not RFC 3339"))?;
+    u64::try_from(t.timestamp_millis()).map_err(|_| anyhow::anyhow!("{s:?} is before 1970"))
+}
+
+/// `fleetd drift check`: returns the exit code.
+pub fn drift_check(
+    kb: &Path,
+    reader: &str,
+    now: Option<&str>,
+    trust: &[String],
+    config: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<i32> {
+    use fleetd_actors::drift::{gates, kb as kbmod};
+    let config = crate::daemon::load_config(config)?;
+    fleetd_actors::types::MemberName::new(reader).map_err(|e| anyhow::anyhow!("--self: {e}"))?;
+    let now = match now {
+        Some(n) => parse_time(n)?,
+        None => fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
+    };
+    let mut keys = vec![];
+    for t in trust.iter().chain(config.drift.trust.iter()) {
+        keys.push(read_key_arg(t).with_context(|| format!("--trust {t}"))?);
+    }
+    anyhow::ensure!(kb.is_dir(), "the KB {} is not a directory", kb.display());
+    let snap = kbmod::read(kb).with_context(|| format!("reading the KB {}", kb.display()))?;
+    let ix = gates::index(&snap, &keys);
+    let p = gates::Params::from_config(&config.drift, now);
+    let reports = gates::evaluate_all(&ix, Some(reader), &p);
+    if json {
+        for r in &reports {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        if keys.is_empty() {
+            eprintln!("note: no --trust key given: every signed line fails G1");
+        }
+        print_drift_reports(
+            reports
+                .iter()
+                .map(|r| serde_json::to_value(r).unwrap_or_default())
+                .collect(),
+        );
+        for r in &reports {
+            for a in &r.alerts {
+                println!("{}: {a}", r.peer);
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// `fleetd drift append`.
+#[allow(clippy::too_many_arguments)]
+pub fn drift_append(
+    kb: &Path,
+    key: &Path,
+    identity: &str,
+    kind: &str,
+    baseline: Option<String>,
+    delta: Option<&str>,
+    subject: Option<String>,
+    ts: Option<&str>,
+    tick: Option<u64>,
+    source: Option<String>,
+) -> anyhow::Result<()> {
+    use fleetd_actors::drift::{kb as kbmod, line};
+    fleetd_actors::types::MemberName::new(identity)
+        .map_err(|e| anyhow::anyhow!("--identity: {e}"))?;
+    if let Some(s) = &subject {
+        fleetd_actors::types::MemberName::new(s).map_err(|e| anyhow::anyhow!("--subject: {e}"))?;
+    }
+    let kind = line::Kind::parse(kind)
+        .with_context(|| format!("--type {kind:?}: expected fencepost, reanchor, drift, first_contact or peer_consistency_alert"))?;
+    let signing = fleetd_actors::keys::load(key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let delta = delta
+        .map(serde_json::from_str::<Value>)
+        .transpose()
+        .context("--delta is not JSON")?;
+    let ts_ms = match ts {
+        Some(t) => parse_time(t)?,
+        None => fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
+    };
+    let mut extra = serde_json::Map::new();
+    if let Some(s) = source {
+        extra.insert("source".into(), Value::String(s));
+    }
+    let tick = tick.unwrap_or_else(|| kbmod::next_tick(kb, identity));
+    let nl = line::NewLine {
+        ts_ms,
+        tick,
+        kind: Some(kind),
+        baseline,
+        delta,
+        subject,
+        extra,
+    };
+    let signed = line::sign(&nl, &signing);
+    let path = kbmod::append(kb, identity, &kbmod::date_of(ts_ms), &signed)?;
+    eprintln!("appended to {}", path.display());
+    println!("{signed}");
+    Ok(())
 }
 
 /// `fleetd keygen --out FILE`.

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use fleetd::cli::{Cli, Cmd, ConfigCmd, LedgerCmd};
+use fleetd::cli::{Cli, Cmd, ConfigCmd, DriftCmd, LedgerCmd};
 use tracing_subscriber::EnvFilter;
 
 /// Logs go to stderr (stdout carries MCP for `fleetd mcp`). `RUST_LOG` overrides the default;
@@ -49,6 +49,44 @@ fn main() -> ExitCode {
                 },
         } => fleetd::cli::ledger_verify(path, key.as_deref(), json),
         Cmd::Keygen { ref out } => fleetd::cli::keygen(out).map(|_| 0),
+        Cmd::Drift {
+            cmd:
+                DriftCmd::Check {
+                    ref kb,
+                    ref reader,
+                    ref now,
+                    ref trust,
+                    ref config,
+                    json,
+                },
+        } => fleetd::cli::drift_check(kb, reader, now.as_deref(), trust, config.as_deref(), json),
+        Cmd::Drift {
+            cmd:
+                DriftCmd::Append {
+                    ref kb,
+                    ref key,
+                    ref identity,
+                    ref kind,
+                    ref baseline,
+                    ref delta,
+                    ref subject,
+                    ref ts,
+                    tick,
+                    ref source,
+                },
+        } => fleetd::cli::drift_append(
+            kb,
+            key,
+            identity,
+            kind,
+            baseline.clone(),
+            delta.as_deref(),
+            subject.clone(),
+            ts.as_deref(),
+            tick,
+            source.clone(),
+        )
+        .map(|_| 0),
         Cmd::Mcp { reconnect_secs } => {
             init_tracing("warn");
             let sd = cli.state_dir.clone().ok_or_else(|| {

@@ -169,6 +169,23 @@ pub struct DecisionArgs {
     pub rationale: Option<String>,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DriftArgs {
+    /// anchor (a clean fencepost in your own log), drift (a drift event in your own log),
+    /// observe (your report about another identity), or peers (what the pullers last saw).
+    pub action: String,
+    /// anchor, drift, observe: the identity statement (e.g. "researcher for the parser team").
+    pub baseline: Option<String>,
+    /// anchor: write a reanchor instead of a fencepost.
+    #[serde(default)]
+    pub reanchor: bool,
+    /// drift (required), observe (optional: the peer was seen drifting): what drifted, any JSON.
+    pub delta: Option<serde_json::Value>,
+    /// observe: the identity observed.
+    pub subject: Option<String>,
+}
+
 fn need<T>(v: Option<T>, field: &str, action: &str) -> Result<T, FleetError> {
     v.ok_or_else(|| {
         FleetError::invalid(
@@ -421,6 +438,56 @@ impl FleetTools {
                 v["decision"]["closed"]["outcome"].as_str().unwrap_or("")
             ),
             _ => "the decision record".into(),
+        })
+    }
+
+    #[tool(
+        description = "Your identity anchors (the drift protocol). anchor: record a clean fencepost (or reanchor) in your own drift log. drift: record a drift event (delta says what). observe: record what you see of another identity (its baseline; a delta if it is drifting). peers: every peer's last anchor and the trust gates G1-G4 as the pullers last evaluated them, with alerts. The daemon signs every line with the host key and attributes it to you; you can write only your own log."
+    )]
+    async fn fleet_drift(
+        &self,
+        Parameters(a): Parameters<DriftArgs>,
+    ) -> Result<CallToolResult, McpError> {
+        let c = self.caller();
+        let action = a.action.clone();
+        let r: Result<serde_json::Value, FleetError> = async {
+            let to_json = |w: fleetd_actors::drift::service::Written| {
+                serde_json::to_value(w).unwrap_or_default()
+            };
+            match action.as_str() {
+                "anchor" => self
+                    .fleet
+                    .drift_anchor(&c, a.baseline, a.reanchor)
+                    .await
+                    .map(to_json),
+                "drift" => self
+                    .fleet
+                    .drift_drift(&c, a.baseline, a.delta)
+                    .await
+                    .map(to_json),
+                "observe" => self
+                    .fleet
+                    .drift_observe(&c, a.subject, a.baseline, a.delta)
+                    .await
+                    .map(to_json),
+                "peers" => self
+                    .fleet
+                    .drift_peers(&c)
+                    .map(|v| serde_json::to_value(v).unwrap_or_default()),
+                other => Err(FleetError::invalid(
+                    format!("fleet_drift {other}"),
+                    "not an action",
+                    "anchor, drift, observe or peers",
+                )),
+            }
+        }
+        .await;
+        done(r, |v| match action.as_str() {
+            "peers" => format!("{} peers", v["peers"].as_array().map_or(0, |p| p.len())),
+            _ => format!(
+                "written to {}'s drift log",
+                v["identity"].as_str().unwrap_or("")
+            ),
         })
     }
 

@@ -197,6 +197,11 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/signal", post(signal))
         .route("/events", get(events))
         .route("/config/reload", post(reload))
+        .route("/kb/fleet/drift/{identity}", get(kb_dates))
+        .route("/kb/fleet/drift/{identity}/", get(kb_dates))
+        .route("/kb/fleet/drift/{identity}/{file}", get(kb_file))
+        .route("/alerts", get(alerts))
+        .route("/drift", get(drift))
         .route("/decisions", get(decisions))
         .route("/decisions/{id}", get(decision));
     let r = if cfg!(debug_assertions) {
@@ -453,6 +458,80 @@ async fn signal(
     let c = api.caller(&peer);
     api.fleet.signal(&c, &b.status).await?;
     Ok(Json(serde_json::json!({"ok": true})))
+}
+
+/// `GET /kb/fleet/drift/{identity}/`: the dates of an identity's drift logs (read-only KB).
+async fn kb_dates(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(identity): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "the drift KB")?;
+    fleetd_actors::types::MemberName::new(&identity)?;
+    let kb = api.fleet.ctx.kb_dir();
+    let id = identity.clone();
+    let dates = tokio::task::spawn_blocking(move || fleetd_actors::drift::kb::dates(&kb, &id))
+        .await
+        .map_err(|e| ApiError(FleetError::internal("the drift KB", e.to_string())))?
+        .map_err(|_| {
+            ApiError(FleetError::not_found(
+                format!("drift logs of {identity}"),
+                "there are none",
+                "an identity that has logged",
+            ))
+        })?;
+    Ok(Json(serde_json::json!(dates)))
+}
+
+/// `GET /kb/fleet/drift/{identity}/{date}.jsonl`: one log, as stored.
+async fn kb_file(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path((identity, file)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "the drift KB")?;
+    fleetd_actors::types::MemberName::new(&identity)?;
+    let date = file.strip_suffix(".jsonl").unwrap_or("");
+    if chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_err() || date.len() != 10 {
+        return Err(ApiError(FleetError::invalid(
+            format!("drift log {file}"),
+            "not a log name",
+            "YYYY-MM-DD.jsonl",
+        )));
+    }
+    let p = fleetd_actors::drift::kb::drift_root(&api.fleet.ctx.kb_dir())
+        .join(&identity)
+        .join(&file);
+    let text = tokio::fs::read(&p).await.map_err(|_| {
+        ApiError(FleetError::not_found(
+            format!("drift log {identity}/{file}"),
+            "no such log",
+            "a date from GET /kb/fleet/drift/{identity}/",
+        ))
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
+}
+
+async fn alerts(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.drift_alerts(&c)?).unwrap_or_default(),
+    ))
+}
+
+async fn drift(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::to_value(api.fleet.drift_peers(&c)?).unwrap_or_default(),
+    ))
 }
 
 async fn decisions(

@@ -278,6 +278,10 @@ pub struct Ctx {
     /// (the read model for list, status and show).
     decisions: RwLock<std::collections::BTreeMap<DecisionId, Decision>>,
     next_decision: AtomicU64,
+    /// The drift protocol's live state (reports, alerts, the KB index).
+    pub drift: crate::drift::service::DriftState,
+    /// The root supervisor, for actors that start siblings (the drift scheduler's pullers).
+    pub supervisor: std::sync::OnceLock<ActorRef<crate::supervisor::actor::SupervisorMsg>>,
 }
 
 impl Ctx {
@@ -310,7 +314,27 @@ impl Ctx {
             host_key,
             decisions: RwLock::new(Default::default()),
             next_decision: AtomicU64::new(1),
+            drift: Default::default(),
+            supervisor: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The drift knowledge base: `STATE_DIR/kb`.
+    pub fn kb_dir(&self) -> PathBuf {
+        self.state_dir.join("kb")
+    }
+
+    /// The signer keys this host trusts: its own, and `drift.trust`.
+    pub fn trusted_keys(&self) -> Vec<ed25519_dalek::VerifyingKey> {
+        let mut v = vec![self.host_key.verifying_key()];
+        v.extend(
+            self.config()
+                .drift
+                .trust
+                .iter()
+                .filter_map(|k| crate::keys::parse_public(k).ok()),
+        );
+        v
     }
 
     /// Replace the decision read model (at ledger recovery).

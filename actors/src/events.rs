@@ -85,6 +85,12 @@ pub enum EventKind {
         ok: bool,
         detail: String,
     },
+    /// The drift protocol raised an alert (a G3 cascade conflict or a G4 disagreement).
+    DriftAlert {
+        peer: String,
+        rule: String,
+        text: String,
+    },
     /// A decision was opened, recorded on, closed, or a late record was refused.
     Decision {
         decision: DecisionId,

@@ -247,6 +247,10 @@ pub struct DaemonStatus {
     pub ledger_vkey: String,
     pub ledger: Option<LedgerStatus>,
     pub open_decisions: Vec<DecisionSummary>,
+    /// The latest drift alerts (all of them: `GET /alerts`).
+    pub drift_alerts: Vec<crate::drift::service::Alert>,
+    /// Peers the drift pullers do not trust right now.
+    pub untrusted_peers: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -282,6 +286,7 @@ impl Fleet {
         let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone())
             .await
             .map_err(|e| FleetError::internal("daemon start", format!("supervisor: {e}")))?;
+        let _ = ctx.supervisor.set(sup.clone());
         let fleet = Fleet {
             ctx: ctx.clone(),
             sup,
@@ -346,6 +351,26 @@ impl Fleet {
                                 .await
                                 .map_err(|e| {
                                     FleetError::internal("ledger writer start", e.to_string())
+                                })?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            })
+            .await?;
+        let c4 = ctx.clone();
+        fleet
+            .start_child(ChildSpec {
+                id: "drift".into(),
+                kind: "drift",
+                on_down: None,
+                start: Arc::new(move |sup| {
+                    let c = c4.clone();
+                    Box::pin(async move {
+                        let (r, _) =
+                            Actor::spawn_linked(None, crate::drift::actor::DriftScheduler, c, sup)
+                                .await
+                                .map_err(|e| {
+                                    FleetError::internal("drift scheduler start", e.to_string())
                                 })?;
                         Ok(r.get_cell())
                     })
@@ -1266,6 +1291,18 @@ impl Fleet {
                 Err(_) => None,
             },
             open_decisions: self.open_decisions(),
+            drift_alerts: {
+                let a = self.ctx.drift.alerts();
+                a[a.len().saturating_sub(10)..].to_vec()
+            },
+            untrusted_peers: self
+                .ctx
+                .drift
+                .reports()
+                .into_iter()
+                .filter(|r| r.verdict == "untrusted")
+                .map(|r| r.peer)
+                .collect(),
         })
     }
 

@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::decision::state::Refused;
+use crate::drift::service::CachedAnchor;
 use crate::error::FleetError;
 use crate::injector::state::Message;
 use crate::registry::state::MemberRecord;
@@ -25,6 +26,7 @@ const MESSAGES: TableDefinition<u64, &[u8]> = TableDefinition::new("messages");
 const TICKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("tickets");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const REFUSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_refusals");
+const DRIFT_CACHE: TableDefinition<&str, &[u8]> = TableDefinition::new("drift_cache");
 
 const NEXT_TICKET: &str = "next_ticket";
 
@@ -119,6 +121,7 @@ impl Store {
             tx.open_table(TICKETS)?;
             tx.open_table(META)?;
             tx.open_table(REFUSALS)?;
+            tx.open_table(DRIFT_CACHE)?;
         }
         tx.commit()?;
         Ok(Store { db: Arc::new(db) })
@@ -279,6 +282,31 @@ impl Store {
         {
             let mut t = tx.open_table(REFUSALS)?;
             t.insert(id.0, enc(&r).as_slice())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The last good anchor of each peer (the drift pullers' durable cache).
+    pub fn load_drift_cache(&self) -> Result<Vec<(String, CachedAnchor)>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(DRIFT_CACHE)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((
+                k.value().to_string(),
+                dec(&format!("drift cache of {}", k.value()), v.value())?,
+            ));
+        }
+        Ok(out)
+    }
+
+    pub fn save_drift_cache(&self, peer: &str, c: &CachedAnchor) -> Result<(), StoreError> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(DRIFT_CACHE)?;
+            t.insert(peer, enc(c).as_slice())?;
         }
         tx.commit()?;
         Ok(())

@@ -1,6 +1,9 @@
 //! The drift protocol: `line` (schema, signing, G1), `gates` (anchor, G2-G4, bootstrapping),
-//! `kb` (the logs on disk), `actor` (the supervised puller per peer).
+//! `kb` (the logs on disk), `service` (the daemon side of fleet_drift, alerts), `actor` (the
+//! scheduler and the supervised puller per peer).
 
+pub mod actor;
 pub mod gates;
 pub mod kb;
 pub mod line;
+pub mod service;

@@ -1,0 +1,329 @@
+//! The drift shells: one scheduler that reads the KB at most once per heartbeat (pull-only), and
+//! one supervised puller per peer that evaluates its peer against that pass, keeps the last good
+//! anchor durably (and keeps using it while the peer's logs cannot be read), and raises each new
+//! alert once. Must never decide a gate: `gates` does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::ctx::SharedCtx;
+use crate::drift::gates::{self, Index};
+use crate::drift::line::{Kind, NewLine};
+use crate::drift::service::{CachedAnchor, append, params, raise, read_index};
+use crate::error::FleetError;
+use crate::supervisor::actor::{ChildSpec, SupervisorMsg};
+
+pub enum SchedulerMsg {
+    /// A heartbeat: read the KB once, and have every peer's puller evaluate it.
+    Pass,
+}
+
+pub enum PullerMsg {
+    Pull {
+        index: Arc<Index>,
+        reader: Option<String>,
+    },
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+pub struct DriftScheduler;
+
+pub struct SchedulerState {
+    ctx: SharedCtx,
+    pullers: BTreeMap<String, ActorRef<PullerMsg>>,
+}
+
+/// The live primary's name: the reader the pullers read as.
+async fn live_primary(ctx: &SharedCtx) -> Option<String> {
+    let r = ctx.dir.registry().ok()?;
+    let members = r
+        .call(
+            |reply| crate::registry::actor::RegistryMsg::Members { reply },
+            Duration::from_secs(5),
+        )
+        .await
+        .ok()?;
+    members
+        .into_iter()
+        .find(|m| m.role == crate::types::Role::Primary && m.is_live())
+        .map(|m| m.name.to_string())
+}
+
+impl Actor for DriftScheduler {
+    type Msg = SchedulerMsg;
+    type State = SchedulerState;
+    type Arguments = SharedCtx;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        ctx: SharedCtx,
+    ) -> Result<SchedulerState, ActorProcessingErr> {
+        let _ = myself.cast(SchedulerMsg::Pass);
+        Ok(SchedulerState {
+            ctx,
+            pullers: BTreeMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        msg: SchedulerMsg,
+        st: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let SchedulerMsg::Pass = msg;
+        let heartbeat = Duration::from_secs(st.ctx.config().drift.heartbeat_secs.max(1));
+        myself.send_after(heartbeat, || SchedulerMsg::Pass);
+        let (kb_dir, trusted) = (st.ctx.kb_dir(), st.ctx.trusted_keys());
+        let index = match tokio::task::spawn_blocking(move || read_index(&kb_dir, &trusted)).await?
+        {
+            Ok(ix) => Arc::new(ix),
+            Err(e) => {
+                // The whole KB is unreadable: pullers keep their cached anchors until next time.
+                tracing::warn!(error = %e, "the drift KB could not be read; keeping cached anchors, retrying next heartbeat");
+                return Ok(());
+            }
+        };
+        let now = st.ctx.now();
+        *st.ctx
+            .drift
+            .last_index
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some((now, index.clone()));
+        let reader = live_primary(&st.ctx).await;
+        *st.ctx
+            .drift
+            .reader
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = reader.clone();
+        let p = params(&st.ctx);
+        let peers: BTreeSet<String> = gates::peers(&index, &p, reader.as_deref())
+            .into_iter()
+            .collect();
+        st.pullers.retain(|_, a| {
+            a.get_status() == ractor::ActorStatus::Running
+                || a.get_status() == ractor::ActorStatus::Starting
+        });
+        for peer in &peers {
+            if !st.pullers.contains_key(peer) {
+                match start_puller(&st.ctx, peer).await {
+                    Ok(a) => {
+                        st.pullers.insert(peer.clone(), a);
+                    }
+                    Err(e) => tracing::warn!(%peer, error = %e, "could not start a drift puller"),
+                }
+            }
+        }
+        for (peer, a) in &st.pullers {
+            if peers.contains(peer) {
+                let _ = a.cast(PullerMsg::Pull {
+                    index: index.clone(),
+                    reader: reader.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Start `drift:PEER` under the root supervisor; returns its ref once it runs.
+async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>, FleetError> {
+    let sup = ctx
+        .supervisor
+        .get()
+        .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?
+        .clone();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
+    let (c, p) = (ctx.clone(), peer.to_string());
+    let spec = ChildSpec {
+        id: format!("drift:{peer}"),
+        kind: "drift",
+        on_down: None,
+        start: Arc::new(move |supcell| {
+            let (c, p, tx) = (c.clone(), p.clone(), tx.clone());
+            Box::pin(async move {
+                let (r, _) =
+                    Actor::spawn_linked(None, DriftPuller, PullerArgs { ctx: c, peer: p }, supcell)
+                        .await
+                        .map_err(|e| FleetError::internal("drift puller start", e.to_string()))?;
+                if let Some(tx) = tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = tx.send(r.clone());
+                }
+                Ok(r.get_cell())
+            })
+        }),
+    };
+    match sup
+        .call(
+            |reply| SupervisorMsg::Start { spec, reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
+        Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
+        _ => {
+            return Err(FleetError::unavailable(
+                "a drift puller",
+                "the supervisor did not answer",
+            ));
+        }
+    }
+    rx.await
+        .map_err(|_| FleetError::internal("a drift puller", "it did not report its start"))
+}
+
+pub struct PullerArgs {
+    pub ctx: SharedCtx,
+    pub peer: String,
+}
+
+pub struct DriftPuller;
+
+pub struct PullerState {
+    ctx: SharedCtx,
+    peer: String,
+    cached: Option<CachedAnchor>,
+    /// Alerts already raised (a conflict is raised once, not at every heartbeat).
+    raised: BTreeSet<String>,
+}
+
+impl Actor for DriftPuller {
+    type Msg = PullerMsg;
+    type State = PullerState;
+    type Arguments = PullerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<PullerMsg>,
+        a: PullerArgs,
+    ) -> Result<PullerState, ActorProcessingErr> {
+        let peer = a.peer.clone();
+        let cached = a
+            .ctx
+            .store
+            .run(|s| s.load_drift_cache())
+            .await?
+            .into_iter()
+            .find(|(p, _)| *p == peer)
+            .map(|(_, c)| c);
+        // After a restart the last pass is re-read from the shared index right away.
+        Ok(PullerState {
+            ctx: a.ctx,
+            peer: a.peer,
+            cached,
+            raised: BTreeSet::new(),
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<PullerMsg>,
+        st: &mut PullerState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some((_, ix)) = st
+            .ctx
+            .drift
+            .last_index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            let _ = myself.cast(PullerMsg::Pull {
+                index: ix,
+                reader: st.ctx.drift_reader(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<PullerMsg>,
+        msg: PullerMsg,
+        st: &mut PullerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (index, reader) = match msg {
+            PullerMsg::Pull { index, reader } => (index, reader),
+            PullerMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the drift puller of {}", st.peer);
+                }
+                return Ok(());
+            }
+        };
+        let p = params(&st.ctx);
+        let cached = st
+            .cached
+            .as_ref()
+            .map(|c| (c.anchor.as_str(), c.ts.as_str(), c.tick));
+        let report = gates::evaluate(&index, &st.peer, reader.as_deref(), &p, cached);
+        let readable = index
+            .owners
+            .get(&st.peer)
+            .is_none_or(|o| o.unreadable.is_none());
+        // Keep the last good anchor durably (only from a real read, never from the cache itself).
+        if readable
+            && let (Some(anchor), Some(ts), Some(tick)) =
+                (&report.anchor, &report.anchor_ts, report.anchor_tick)
+            && st
+                .cached
+                .as_ref()
+                .is_none_or(|c| &c.anchor != anchor || &c.ts != ts)
+        {
+            let c = CachedAnchor {
+                anchor: anchor.clone(),
+                ts: ts.clone(),
+                tick,
+                pulled_at: p.now,
+            };
+            let (peer, c2) = (st.peer.clone(), c.clone());
+            if let Err(e) = st
+                .ctx
+                .store
+                .run(move |s| s.save_drift_cache(&peer, &c2))
+                .await
+            {
+                tracing::warn!(peer = %st.peer, error = %e, "could not persist the drift cache");
+            }
+            st.cached = Some(c);
+        }
+        for a in report
+            .alerts
+            .iter()
+            .filter(|a| a.starts_with("G3 conflict") || a.starts_with("G4 alert"))
+        {
+            if !st.raised.insert(a.clone()) {
+                continue;
+            }
+            let rule = if a.starts_with("G4") { "G4" } else { "G3" };
+            raise(&st.ctx, &st.peer, rule, a.clone()).await;
+            if rule == "G4"
+                && let Some(r) = &reader
+            {
+                // Into the reader's own log, as the seed's mechanism says.
+                let mut extra = serde_json::Map::new();
+                extra.insert("peer".into(), serde_json::Value::String(st.peer.clone()));
+                extra.insert("detail".into(), serde_json::Value::String(a.clone()));
+                let line = NewLine {
+                    ts_ms: p.now,
+                    kind: Some(Kind::PeerConsistencyAlert),
+                    subject: Some(st.peer.clone()),
+                    extra,
+                    ..Default::default()
+                };
+                if let Err(e) = append(&st.ctx, r, line).await {
+                    tracing::warn!(error = %e, "could not log a peer_consistency_alert");
+                }
+            }
+        }
+        st.ctx.drift.set_report(report);
+        Ok(())
+    }
+}
