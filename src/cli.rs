@@ -482,6 +482,16 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             if *ok { "ok" } else { "refused" }
         ),
         K::DriftAlert { peer, rule, text } => format!("DRIFT ALERT ({rule}) about {peer}: {text}"),
+        K::DriftLine {
+            identity,
+            kind,
+            tick,
+        } => format!("drift: {identity} logged {kind} (tick {tick})"),
+        K::DriftPass {
+            peers,
+            untrusted,
+            late,
+        } => format!("drift pass: {peers} peers, {untrusted} untrusted, {late} late"),
         K::Decision {
             decision,
             action,

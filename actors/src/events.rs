@@ -91,6 +91,22 @@ pub enum EventKind {
         rule: String,
         text: String,
     },
+    /// The daemon signed and appended a line to an identity's drift log.
+    DriftLine {
+        identity: String,
+        /// The line's `type`.
+        kind: String,
+        tick: u64,
+    },
+    /// A drift pass finished: every peer's puller evaluated the KB as read at this heartbeat.
+    DriftPass {
+        /// Peers evaluated.
+        peers: usize,
+        /// Of which not trusted (conflict, alert, unreadable without cache).
+        untrusted: usize,
+        /// Pullers that had not answered when the pass's deadline (one heartbeat) ran out.
+        late: usize,
+    },
     /// A decision was opened, recorded on, closed, or a late record was refused.
     Decision {
         decision: DecisionId,

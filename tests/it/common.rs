@@ -339,6 +339,19 @@ impl Events {
         }
     }
 
+    /// Wait (bounded) for the first event after `seq` matching `pred`.
+    pub async fn after(&mut self, seq: u64, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
+        self.until(what, |e| e.seq > seq && pred(e)).await
+    }
+
+    /// The next completed drift pass after `seq`.
+    pub async fn drift_pass(&mut self, seq: u64) -> Event {
+        self.after(seq, "a drift pass", |e| {
+            matches!(e.kind, EventKind::DriftPass { .. })
+        })
+        .await
+    }
+
     pub async fn status(&mut self, member: &str, to: &str) -> Event {
         self.until(&format!("{member} {to}"), |e| {
             matches!(&e.kind, EventKind::Status { member: m, to: t, .. } if m.as_str() == member && t.as_str() == to)

@@ -2,6 +2,7 @@
 
 mod common;
 mod config;
+mod drift;
 mod durability;
 mod fleet;
 mod ledger;

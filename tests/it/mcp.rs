@@ -70,10 +70,11 @@ pub fn text(r: &CallToolResult) -> String {
         .join("\n")
 }
 
-const TOOLS: [&str; 11] = [
+const TOOLS: [&str; 12] = [
     "fleet_ack",
     "fleet_ask",
     "fleet_decision",
+    "fleet_drift",
     "fleet_list",
     "fleet_poll",
     "fleet_reply",

@@ -25,6 +25,8 @@ pub enum PullerMsg {
     Pull {
         index: Arc<Index>,
         reader: Option<String>,
+        /// Told once this pull is evaluated (so the scheduler can report the pass as done).
+        done: Option<tokio::sync::oneshot::Sender<()>>,
     },
     /// Debug builds only: panic inside the actor, to exercise supervision.
     Panic,
@@ -119,14 +121,44 @@ impl Actor for DriftScheduler {
                 }
             }
         }
+        let mut waits = Vec::with_capacity(peers.len());
         for (peer, a) in &st.pullers {
             if peers.contains(peer) {
-                let _ = a.cast(PullerMsg::Pull {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                if a.cast(PullerMsg::Pull {
                     index: index.clone(),
                     reader: reader.clone(),
-                });
+                    done: Some(tx),
+                })
+                .is_ok()
+                {
+                    waits.push(rx);
+                }
             }
         }
+        // The pass is over when every puller has evaluated it, or after one heartbeat; either
+        // way it is reported (an event), without holding up the next heartbeat.
+        let (ctx, n) = (st.ctx.clone(), peers.len());
+        tokio::spawn(async move {
+            let mut late = n - waits.len();
+            let deadline = tokio::time::Instant::now() + heartbeat;
+            for w in waits {
+                if tokio::time::timeout_at(deadline, w).await.is_err() {
+                    late += 1;
+                }
+            }
+            let untrusted = ctx
+                .drift
+                .reports()
+                .iter()
+                .filter(|r| peers.contains(&r.peer) && r.verdict == "untrusted")
+                .count();
+            ctx.events.emit(crate::events::EventKind::DriftPass {
+                peers: n,
+                untrusted,
+                late,
+            });
+        });
         Ok(())
     }
 }
@@ -238,6 +270,7 @@ impl Actor for DriftPuller {
             let _ = myself.cast(PullerMsg::Pull {
                 index: ix,
                 reader: st.ctx.drift_reader(),
+                done: None,
             });
         }
         Ok(())
@@ -249,8 +282,12 @@ impl Actor for DriftPuller {
         msg: PullerMsg,
         st: &mut PullerState,
     ) -> Result<(), ActorProcessingErr> {
-        let (index, reader) = match msg {
-            PullerMsg::Pull { index, reader } => (index, reader),
+        let (index, reader, done) = match msg {
+            PullerMsg::Pull {
+                index,
+                reader,
+                done,
+            } => (index, reader, done),
             PullerMsg::Panic => {
                 if cfg!(debug_assertions) {
                     panic!("injected fault in the drift puller of {}", st.peer);
@@ -294,14 +331,17 @@ impl Actor for DriftPuller {
             }
             st.cached = Some(c);
         }
-        for a in report
+        // The report is visible (status, /drift) before its alerts are raised, so whoever
+        // reacts to an alert sees the verdict that caused it.
+        let fresh: Vec<String> = report
             .alerts
             .iter()
             .filter(|a| a.starts_with("G3 conflict") || a.starts_with("G4 alert"))
-        {
-            if !st.raised.insert(a.clone()) {
-                continue;
-            }
+            .filter(|a| st.raised.insert((*a).clone()))
+            .cloned()
+            .collect();
+        st.ctx.drift.set_report(report);
+        for a in &fresh {
             let rule = if a.starts_with("G4") { "G4" } else { "G3" };
             raise(&st.ctx, &st.peer, rule, a.clone()).await;
             if rule == "G4"
@@ -323,7 +363,9 @@ impl Actor for DriftPuller {
                 }
             }
         }
-        st.ctx.drift.set_report(report);
+        if let Some(d) = done {
+            let _ = d.send(());
+        }
         Ok(())
     }
 }

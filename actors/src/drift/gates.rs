@@ -324,7 +324,7 @@ fn reports<'a>(ix: &'a Index, peer: &str, p: &Params) -> Vec<&'a At> {
         .flat_map(|oi| oi.files.values().flatten())
         .filter(|a| {
             a.about() == peer
-                && a.v.kind.has_baseline()
+                && a.v.kind.is_report()
                 && a.v.baseline.is_some()
                 && a.v.ts_ms >= lo
                 && a.v.ts_ms <= hi
@@ -501,7 +501,7 @@ pub fn evaluate(
             .get(r)
             .into_iter()
             .flat_map(|oi| oi.files.values().flatten())
-            .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= hi && a.v.kind.has_baseline())
+            .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= hi && a.v.kind.is_report())
             .filter(|a| {
                 a.v.subject.as_deref() == Some(peer)
                     || (p.fleet_wide_drift && a.v.subject.is_none())
@@ -842,6 +842,22 @@ mod tests {
         // (description, setup, g3, verdict)
         type Setup = fn(&mut Kb);
         let cases: Vec<(&str, Setup, &str, &str)> = vec![
+            (
+                "a first_contact placeholder is not a report that conflicts with the first anchor",
+                |k| {
+                    k.line(
+                        "libra",
+                        Kind::FirstContact,
+                        Some("worker"),
+                        None,
+                        None,
+                        NOW - 2 * H,
+                    )
+                    .anchor("libra", "researcher", NOW - H);
+                },
+                "single",
+                "trusted",
+            ),
             (
                 "one reporter",
                 |k| {

@@ -147,6 +147,10 @@ pub fn append(
     buf.push('\n');
     f.write_all(buf.as_bytes())?;
     f.sync_data()?;
+    if fresh {
+        // A new day's file: its directory entry must survive a crash too.
+        std::fs::File::open(&dir)?.sync_all()?;
+    }
     Ok(path)
 }
 

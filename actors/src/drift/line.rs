@@ -58,6 +58,14 @@ impl Kind {
     pub fn has_baseline(self) -> bool {
         self != Kind::PeerConsistencyAlert
     }
+
+    /// A report about an identity that G3 and G4 weigh: a fencepost, reanchor or drift line.
+    /// A `first_contact` is not one: it restates a peer's observation (already weighed as
+    /// that peer's report) or the operator's placeholder, so it never conflicts with the
+    /// identity's own first anchor.
+    pub fn is_report(self) -> bool {
+        matches!(self, Kind::Fencepost | Kind::Reanchor | Kind::Drift)
+    }
 }
 
 /// A line that passed G1.

@@ -115,14 +115,24 @@ pub async fn append(
 ) -> Result<String, FleetError> {
     let _g = ctx.drift.write.lock().await;
     let (kb_dir, key, id) = (ctx.kb_dir(), ctx.host_key.clone(), identity.to_string());
-    tokio::task::spawn_blocking(move || {
+    let kind = line
+        .kind
+        .map(|k| k.as_str().to_string())
+        .unwrap_or_default();
+    let (signed, tick) = tokio::task::spawn_blocking(move || {
         line.tick = kb::next_tick(&kb_dir, &id);
         let signed = sign(&line, &key);
-        kb::append(&kb_dir, &id, &kb::date_of(line.ts_ms), &signed).map(|_| signed)
+        kb::append(&kb_dir, &id, &kb::date_of(line.ts_ms), &signed).map(|_| (signed, line.tick))
     })
     .await
     .map_err(|e| FleetError::internal("a drift log append", e.to_string()))?
-    .map_err(|e| FleetError::internal("a drift log append", e.to_string()))
+    .map_err(|e| FleetError::internal("a drift log append", e.to_string()))?;
+    ctx.events.emit(EventKind::DriftLine {
+        identity: identity.to_string(),
+        kind,
+        tick,
+    });
+    Ok(signed)
 }
 
 /// Raise an alert everywhere it belongs: tracing, the event stream, `GET /alerts`, and a
