@@ -27,7 +27,8 @@ use crate::daemon::Daemon;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `fleet` (MCP and send paths) or `ledger` (group-committed appends).
+    /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends) or
+    /// `drift` (a puller pass over many peers with signed anchors).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -36,6 +37,9 @@ pub struct BenchArgs {
     /// Ledger: seconds per writer count.
     #[arg(long, default_value_t = 3)]
     pub seconds: u64,
+    /// Drift: peers in the KB (each with a signed anchor and one signed observation of the next).
+    #[arg(long, default_value_t = 1000)]
+    pub peers: usize,
     /// Samples for the send -> PTY path (each waits for the agent to be idle again).
     #[arg(long, default_value_t = 200)]
     pub send_iterations: usize,
@@ -47,6 +51,7 @@ pub struct BenchArgs {
 pub enum Which {
     Fleet,
     Ledger,
+    Drift,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -486,9 +491,216 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A KB of `n` peers: each logs a signed clean anchor about itself and a signed observation of
+/// the next peer (so every peer has two reporters), all dated within the last hour.
+fn drift_kb(kb: &std::path::Path, key: &ed25519_dalek::SigningKey, n: usize) -> anyhow::Result<()> {
+    use fleetd_actors::drift::{kb, line};
+    let now = fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock);
+    let roles = ["researcher", "code reviewer", "tester", "technical writer"];
+    for i in 0..n {
+        let (me, next) = (format!("p{i:05}"), format!("p{:05}", (i + 1) % n));
+        let ts = now - 3_600_000 + (i as u64 % 3_000_000);
+        let date = kb::date_of(ts);
+        for (subject, role) in [(None, roles[i % 4]), (Some(next), roles[(i + 1) % 4])] {
+            let l = line::sign(
+                &line::NewLine {
+                    ts_ms: ts,
+                    tick: 1 + subject.is_some() as u64,
+                    kind: Some(line::Kind::Fencepost),
+                    baseline: Some(role.to_string()),
+                    subject,
+                    ..Default::default()
+                },
+                key,
+            );
+            kb::append_unsynced(kb, &me, &date, &l)?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
+    use fleetd_actors::drift::{gates, line};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state)?;
+    let key = fleetd_actors::keys::generate();
+    fleetd_actors::keys::save(&state.join("host.key"), &key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let kb_dir = state.join("kb");
+    drift_kb(&kb_dir, &key, args.peers)?;
+    let trusted = [key.verifying_key()];
+    let config = fleetd_actors::config::Config::default();
+    let reps = args.iterations.clamp(3, 50);
+
+    // The core, in process: read the KB, parse + batch-verify, run the gates for every peer.
+    let (mut read_t, mut index_t, mut gates_t, mut total_t) = (vec![], vec![], vec![], vec![]);
+    let mut sigs = 0usize;
+    let mut msgs: Vec<(
+        Vec<u8>,
+        ed25519_dalek::Signature,
+        ed25519_dalek::VerifyingKey,
+    )> = vec![];
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let snap = fleetd_actors::drift::kb::read(&kb_dir)?;
+        let t1 = Instant::now();
+        let ix = gates::index(&snap, &trusted);
+        let t2 = Instant::now();
+        let p = gates::Params::from_config(
+            &config.drift,
+            fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
+        );
+        let reports = gates::evaluate_all(&ix, Some("p00000"), &p);
+        let t3 = Instant::now();
+        anyhow::ensure!(
+            reports.len() == args.peers - 1
+                && reports
+                    .iter()
+                    .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
+            "the benchmark KB did not evaluate as expected"
+        );
+        sigs = ix
+            .owners
+            .values()
+            .map(|o| o.files.values().map(|v| v.len()).sum::<usize>())
+            .sum();
+        read_t.push(t1 - t0);
+        index_t.push(t2 - t1);
+        gates_t.push(t3 - t2);
+        total_t.push(t3 - t0);
+        if msgs.is_empty() {
+            for logs in snap.identities.values() {
+                if let gates::Logs::Present(files) = logs {
+                    for f in files {
+                        for l in f.text.lines().skip(1) {
+                            let p = line::parse(l, &trusted).map_err(|e| anyhow::anyhow!(e))?;
+                            msgs.push((p.message, p.sig, p.key));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The baselines, same run, same signatures: ed25519 verification one by one (strict, as
+    // a lone `check` does) and as one batch (as a pass does).
+    let mut single_t = vec![];
+    let mut batch_t = vec![];
+    for _ in 0..reps {
+        let t = Instant::now();
+        for (m, s, k) in &msgs {
+            k.verify_strict(m, s)?;
+        }
+        single_t.push(t.elapsed());
+        let t = Instant::now();
+        let ms: Vec<&[u8]> = msgs.iter().map(|(m, _, _)| m.as_slice()).collect();
+        let ss: Vec<_> = msgs.iter().map(|(_, s, _)| *s).collect();
+        let ks: Vec<_> = msgs.iter().map(|(_, _, k)| *k).collect();
+        ed25519_dalek::verify_batch(&ms, &ss, &ks)?;
+        batch_t.push(t.elapsed());
+    }
+
+    // The daemon: the scheduler and one supervised puller per peer, a pass per heartbeat.
+    let mut cfg = fleetd_actors::config::Config::default();
+    cfg.drift.heartbeat_secs = 1;
+    let cfg_path = dir.path().join("fleetd.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
+    let daemon = Daemon::start(&state, Some(cfg_path), std::env::current_exe()?).await?;
+    let (_, mut rx) = daemon.fleet.ctx.events.subscribe(u64::MAX);
+    let mut passes = vec![];
+    let want = 1 + reps.min(8);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while passes.len() < want && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Ok(e)) => {
+                if let EventKind::DriftPass {
+                    peers,
+                    late,
+                    took_us,
+                    untrusted,
+                } = e.kind
+                {
+                    anyhow::ensure!(
+                        peers == args.peers && untrusted == 0,
+                        "a daemon pass saw {peers} peers, {untrusted} untrusted"
+                    );
+                    passes.push((Duration::from_micros(took_us), late));
+                }
+            }
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+            _ => break,
+        }
+    }
+    let code = daemon.shutdown().await;
+    anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
+    anyhow::ensure!(
+        passes.len() == want,
+        "the daemon completed {} passes",
+        passes.len()
+    );
+    let first = passes[0];
+    let steady: Vec<Duration> = passes[1..].iter().map(|p| p.0).collect();
+    let late: usize = passes.iter().map(|p| p.1).sum();
+
+    let n = sigs as f64;
+    let total = stats("core pass: read + verify + gates", total_t);
+    let read = stats("  read 1 file per peer", read_t);
+    let index = stats("  parse + batch verify", index_t);
+    let gates_s = stats("  gates G1-G4 for every peer", gates_t);
+    let single = stats("ed25519 verify_strict, one by one", single_t);
+    let batch = stats("ed25519 verify_batch", batch_t);
+    let daemon_s = stats("daemon pass (scheduler + pullers)", steady);
+    let rate = |s: &Stats| n / (s.p50_us / 1e6);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "peers": args.peers, "signatures": sigs,
+                "core_pass": total, "read": read, "index": index, "gates": gates_s,
+                "verify_single": single, "verify_batch": batch,
+                "daemon_pass": daemon_s, "daemon_first_pass_us": first.0.as_micros() as u64, "late": late,
+                "sigs_per_sec": {"core_pass": rate(&total), "daemon_pass": rate(&daemon_s), "verify_single": rate(&single), "verify_batch": rate(&batch)},
+            }))?
+        );
+    } else {
+        println!(
+            "{} peers, {sigs} signed lines ({} per pass)",
+            args.peers, sigs
+        );
+        println!(
+            "{:<38} {:>5} {:>10} {:>10} {:>14}",
+            "measurement", "n", "p50 ms", "p99 ms", "signatures/s"
+        );
+        for s in [&single, &batch, &total, &read, &index, &gates_s, &daemon_s] {
+            println!(
+                "{:<38} {:>5} {:>10.2} {:>10.2} {:>14.0}",
+                s.name,
+                s.n,
+                s.p50_us / 1e3,
+                s.p99_us / 1e3,
+                rate(s)
+            );
+        }
+        println!(
+            "{:<38} {:>5} {:>10.2}   (starts {} pullers under the supervisor)",
+            "  daemon's first pass",
+            1,
+            first.0.as_secs_f64() * 1e3,
+            args.peers
+        );
+        println!(
+            "  -> core pass / one-by-one verify: {:.2}x the time; daemon pass / core pass: {:.2}x; late pullers: {late}",
+            total.p50_us / single.p50_us,
+            daemon_s.p50_us / total.p50_us
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    if args.which == Which::Ledger {
-        return run_ledger(&args).await;
+    match args.which {
+        Which::Ledger => return run_ledger(&args).await,
+        Which::Drift => return run_drift(&args).await,
+        Which::Fleet => {}
     }
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;

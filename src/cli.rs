@@ -491,7 +491,11 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             peers,
             untrusted,
             late,
-        } => format!("drift pass: {peers} peers, {untrusted} untrusted, {late} late"),
+            took_us,
+        } => format!(
+            "drift pass: {peers} peers, {untrusted} untrusted, {late} late, {:.1} ms",
+            *took_us as f64 / 1000.0
+        ),
         K::Decision {
             decision,
             action,

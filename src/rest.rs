@@ -582,7 +582,7 @@ async fn fault(
     let b = body(
         b,
         "fault request",
-        "{target: registry|tickets|slot:NAME|injector:NAME}",
+        "{target: registry|tickets|slot:NAME|injector:NAME|decision:d-N|drift:PEER}",
     )?;
     let c = api.caller(&peer);
     api.fleet.inject_fault(&c, &b.target).await?;

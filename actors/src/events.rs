@@ -106,6 +106,8 @@ pub enum EventKind {
         untrusted: usize,
         /// Pullers that had not answered when the pass's deadline (one heartbeat) ran out.
         late: usize,
+        /// From the start of the KB read to the last puller's report (monotonic clock).
+        took_us: u64,
     },
     /// A decision was opened, recorded on, closed, or a late record was refused.
     Decision {

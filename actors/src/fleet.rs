@@ -1755,6 +1755,13 @@ impl Fleet {
                 .cast(DecisionMsg::Panic);
             return Ok(());
         }
+        if let Some(peer) = target.strip_prefix("drift:") {
+            let a = self.ctx.drift.puller(peer).ok_or_else(|| {
+                FleetError::not_found(target, "no such drift puller", "drift:PEER")
+            })?;
+            let _ = a.cast(crate::drift::actor::PullerMsg::Panic);
+            return Ok(());
+        }
         match target {
             "registry" => self.registry().await?.cast(RegistryMsg::Panic),
             "tickets" => self.desk().await?.cast(DeskMsg::Panic),
@@ -1778,7 +1785,7 @@ impl Fleet {
                         return Err(FleetError::invalid(
                             t,
                             "unknown fault target",
-                            "registry, tickets, slot:NAME or injector:NAME",
+                            "registry, tickets, slot:NAME, injector:NAME, decision:d-N or drift:PEER",
                         ));
                     }
                 }

@@ -541,6 +541,22 @@ async fn an_unreadable_log_keeps_the_cached_anchor_across_passes_and_restarts() 
     ev.drift_pass(p.seq).await;
     let v = peer_view(&d, "w2").await;
     assert!(unreadable(&v) && v["anchor"] == "writer", "{v}");
+    // A crash of that puller restarts it alone; it reloads the cached anchor from the store.
+    let mark = ev.seen.last().map_or(0, |e| e.seq);
+    d.fault("drift:w2").await;
+    ev.after(
+        mark,
+        "drift:w2 restarted",
+        |e| matches!(&e.kind, EventKind::Restarted { child, .. } if child == "drift:w2"),
+    )
+    .await;
+    let p = ev.drift_pass(ev.seen.last().map_or(0, |e| e.seq)).await;
+    ev.drift_pass(p.seq).await;
+    let v = peer_view(&d, "w2").await;
+    assert!(
+        unreadable(&v) && v["anchor"] == "writer",
+        "after the puller's restart: {v}"
+    );
     // The cache is durable: a daemon killed and restarted still has it.
     d.kill9();
     d.boot().await;

@@ -3,7 +3,7 @@
 //! anchor durably (and keeps using it while the peer's logs cannot be read), and raises each new
 //! alert once. Must never decide a gate: `gates` does.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +36,6 @@ pub struct DriftScheduler;
 
 pub struct SchedulerState {
     ctx: SharedCtx,
-    pullers: BTreeMap<String, ActorRef<PullerMsg>>,
 }
 
 /// The live primary's name: the reader the pullers read as.
@@ -66,10 +65,7 @@ impl Actor for DriftScheduler {
         ctx: SharedCtx,
     ) -> Result<SchedulerState, ActorProcessingErr> {
         let _ = myself.cast(SchedulerMsg::Pass);
-        Ok(SchedulerState {
-            ctx,
-            pullers: BTreeMap::new(),
-        })
+        Ok(SchedulerState { ctx })
     }
 
     async fn handle(
@@ -79,6 +75,7 @@ impl Actor for DriftScheduler {
         st: &mut SchedulerState,
     ) -> Result<(), ActorProcessingErr> {
         let SchedulerMsg::Pass = msg;
+        let started = std::time::Instant::now();
         let heartbeat = Duration::from_secs(st.ctx.config().drift.heartbeat_secs.max(1));
         myself.send_after(heartbeat, || SchedulerMsg::Pass);
         let (kb_dir, trusted) = (st.ctx.kb_dir(), st.ctx.trusted_keys());
@@ -107,33 +104,35 @@ impl Actor for DriftScheduler {
         let peers: BTreeSet<String> = gates::peers(&index, &p, reader.as_deref())
             .into_iter()
             .collect();
-        st.pullers.retain(|_, a| {
-            a.get_status() == ractor::ActorStatus::Running
-                || a.get_status() == ractor::ActorStatus::Starting
-        });
-        for peer in &peers {
-            if !st.pullers.contains_key(peer) {
-                match start_puller(&st.ctx, peer).await {
-                    Ok(a) => {
-                        st.pullers.insert(peer.clone(), a);
-                    }
-                    Err(e) => tracing::warn!(%peer, error = %e, "could not start a drift puller"),
-                }
-            }
-        }
         let mut waits = Vec::with_capacity(peers.len());
-        for (peer, a) in &st.pullers {
-            if peers.contains(peer) {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                if a.cast(PullerMsg::Pull {
-                    index: index.clone(),
-                    reader: reader.clone(),
-                    done: Some(tx),
-                })
-                .is_ok()
-                {
-                    waits.push(rx);
-                }
+        for peer in &peers {
+            let a = match st.ctx.drift.puller(peer) {
+                Some(a) => a,
+                None => match start_puller(&st.ctx, peer).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "could not start a drift puller");
+                        continue;
+                    }
+                },
+            };
+            // A puller between a crash and its restart misses this pass; once restarted it
+            // evaluates the last pass by itself (post_start).
+            if !matches!(
+                a.get_status(),
+                ractor::ActorStatus::Running | ractor::ActorStatus::Starting
+            ) {
+                continue;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if a.cast(PullerMsg::Pull {
+                index: index.clone(),
+                reader: reader.clone(),
+                done: Some(tx),
+            })
+            .is_ok()
+            {
+                waits.push(rx);
             }
         }
         // The pass is over when every puller has evaluated it, or after one heartbeat; either
@@ -157,6 +156,7 @@ impl Actor for DriftScheduler {
                 peers: n,
                 untrusted,
                 late,
+                took_us: started.elapsed().as_micros() as u64,
             });
         });
         Ok(())
@@ -170,23 +170,18 @@ async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>
         .get()
         .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?
         .clone();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
     let (c, p) = (ctx.clone(), peer.to_string());
     let spec = ChildSpec {
         id: format!("drift:{peer}"),
         kind: "drift",
         on_down: None,
         start: Arc::new(move |supcell| {
-            let (c, p, tx) = (c.clone(), p.clone(), tx.clone());
+            let (c, p) = (c.clone(), p.clone());
             Box::pin(async move {
                 let (r, _) =
                     Actor::spawn_linked(None, DriftPuller, PullerArgs { ctx: c, peer: p }, supcell)
                         .await
                         .map_err(|e| FleetError::internal("drift puller start", e.to_string()))?;
-                if let Some(tx) = tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    let _ = tx.send(r.clone());
-                }
                 Ok(r.get_cell())
             })
         }),
@@ -207,8 +202,10 @@ async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>
             ));
         }
     }
-    rx.await
-        .map_err(|_| FleetError::internal("a drift puller", "it did not report its start"))
+    // The puller registered itself in pre_start.
+    ctx.drift
+        .puller(peer)
+        .ok_or_else(|| FleetError::internal("a drift puller", "it did not register"))
 }
 
 pub struct PullerArgs {
@@ -222,8 +219,6 @@ pub struct PullerState {
     ctx: SharedCtx,
     peer: String,
     cached: Option<CachedAnchor>,
-    /// Alerts already raised (a conflict is raised once, not at every heartbeat).
-    raised: BTreeSet<String>,
 }
 
 impl Actor for DriftPuller {
@@ -233,9 +228,10 @@ impl Actor for DriftPuller {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<PullerMsg>,
+        myself: ActorRef<PullerMsg>,
         a: PullerArgs,
     ) -> Result<PullerState, ActorProcessingErr> {
+        a.ctx.drift.set_puller(&a.peer, myself);
         let peer = a.peer.clone();
         let cached = a
             .ctx
@@ -250,7 +246,6 @@ impl Actor for DriftPuller {
             ctx: a.ctx,
             peer: a.peer,
             cached,
-            raised: BTreeSet::new(),
         })
     }
 
@@ -337,7 +332,8 @@ impl Actor for DriftPuller {
             .alerts
             .iter()
             .filter(|a| a.starts_with("G3 conflict") || a.starts_with("G4 alert"))
-            .filter(|a| st.raised.insert((*a).clone()))
+            // A conflict is raised once, not at every heartbeat (nor again after a restart).
+            .filter(|a| st.ctx.drift.first_raise(&st.peer, a))
             .cloned()
             .collect();
         st.ctx.drift.set_report(report);

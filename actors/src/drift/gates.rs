@@ -109,6 +109,9 @@ impl At {
 pub struct Index {
     /// owner -> (valid lines in file order per date, G1 failures, unreadable?)
     pub owners: BTreeMap<String, OwnerIndex>,
+    /// identity -> every valid line about it (its own and others' observations), so a pass
+    /// over n peers costs O(lines), not O(n x lines).
+    pub about: BTreeMap<String, Vec<At>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -194,6 +197,18 @@ pub fn index(s: &Snapshot, trusted: &[VerifyingKey]) -> Index {
             v.sort_by_key(|a| a.lineno);
         }
     }
+    let mut about: BTreeMap<String, Vec<At>> = BTreeMap::new();
+    for a in out
+        .owners
+        .values()
+        .flat_map(|oi| oi.files.values().flatten())
+    {
+        about
+            .entry(a.about().to_string())
+            .or_default()
+            .push(a.clone());
+    }
+    out.about = about;
     out
 }
 
@@ -299,13 +314,7 @@ impl Report {
 /// from config, except the reader itself.
 pub fn peers(ix: &Index, p: &Params, reader: Option<&str>) -> Vec<String> {
     let mut out: BTreeSet<String> = ix.owners.keys().cloned().collect();
-    for oi in ix.owners.values() {
-        for a in oi.files.values().flatten() {
-            if let Some(s) = &a.v.subject {
-                out.insert(s.clone());
-            }
-        }
-    }
+    out.extend(ix.about.keys().cloned());
     out.extend(p.known.iter().cloned());
     if let Some(r) = reader {
         out.remove(r);
@@ -319,15 +328,12 @@ fn reports<'a>(ix: &'a Index, peer: &str, p: &Params) -> Vec<&'a At> {
     let lo = p.now.saturating_sub(p.grace_ms);
     let hi = p.now + p.skew_ms;
     let mut out: Vec<&At> = ix
-        .owners
-        .values()
-        .flat_map(|oi| oi.files.values().flatten())
+        .about
+        .get(peer)
+        .into_iter()
+        .flatten()
         .filter(|a| {
-            a.about() == peer
-                && a.v.kind.is_report()
-                && a.v.baseline.is_some()
-                && a.v.ts_ms >= lo
-                && a.v.ts_ms <= hi
+            a.v.kind.is_report() && a.v.baseline.is_some() && a.v.ts_ms >= lo && a.v.ts_ms <= hi
         })
         .collect();
     // Deterministic whatever the read order: by time, then place.

@@ -154,6 +154,29 @@ pub fn append(
     Ok(path)
 }
 
+/// Append without syncing (building a KB in bulk: benchmarks, fixtures). Same format as
+/// [`append`].
+pub fn append_unsynced(
+    kb: &Path,
+    identity: &str,
+    date: &str,
+    signed_line: &str,
+) -> std::io::Result<PathBuf> {
+    let dir = kb.join("fleet").join("drift").join(identity);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{date}.jsonl"));
+    let fresh = !path.exists();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    if fresh {
+        writeln!(f, "{}", line::header(identity, date))?;
+    }
+    writeln!(f, "{signed_line}")?;
+    Ok(path)
+}
+
 /// The next tick for `identity`: one past the highest tick in its logs.
 pub fn next_tick(kb: &Path, identity: &str) -> u64 {
     let root = drift_root(kb);

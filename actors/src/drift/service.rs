@@ -57,6 +57,10 @@ pub struct DriftState {
     pub last_index: RwLock<Option<(Millis, Arc<Index>)>>,
     /// The reader of the last pass (the live primary).
     pub reader: RwLock<Option<String>>,
+    /// Each peer's puller, as it registered itself when it (re)started.
+    pullers: RwLock<BTreeMap<String, ractor::ActorRef<crate::drift::actor::PullerMsg>>>,
+    /// Alerts already raised, by (peer, text): raised once per daemon run, whatever restarts.
+    raised: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -80,6 +84,23 @@ impl DriftState {
     }
     pub fn alerts(&self) -> Vec<Alert> {
         lock(&self.alerts).iter().cloned().collect()
+    }
+    /// Record that `(peer, text)` is being raised; false if it already was.
+    pub fn first_raise(&self, peer: &str, text: &str) -> bool {
+        lock(&self.raised).insert((peer.to_string(), text.to_string()))
+    }
+    pub fn set_puller(&self, peer: &str, a: ractor::ActorRef<crate::drift::actor::PullerMsg>) {
+        self.pullers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer.to_string(), a);
+    }
+    pub fn puller(&self, peer: &str) -> Option<ractor::ActorRef<crate::drift::actor::PullerMsg>> {
+        self.pullers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(peer)
+            .cloned()
     }
     fn push_alert(&self, a: Alert) {
         let mut g = lock(&self.alerts);

@@ -215,17 +215,27 @@ impl Actor for Supervisor {
             }
             SupervisorMsg::Shutdown { deadline, reply } => {
                 st.shutting_down = true;
-                let n = st
-                    .children
-                    .iter()
-                    .filter(|c| c.cell.is_some())
-                    .count()
-                    .max(1);
-                let share = deadline / n as u32;
+                // Each child gets the time left divided by the children left, so what a fast
+                // child does not use passes to the next (a thousand drift pullers must not
+                // squeeze the ledger's flush into a thousandth of the deadline).
+                let end = std::time::Instant::now() + deadline;
+                let mut left = st.children.iter().filter(|c| c.cell.is_some()).count();
                 let mut hung = vec![];
-                for child in st.children.iter_mut().rev() {
+                // The listeners first (stop accepting), then everything else in reverse start
+                // order: children started after the API (members, decisions, pullers) must not
+                // outlive it with requests still arriving.
+                let mut order: Vec<usize> = (0..st.children.len()).rev().collect();
+                order.sort_by_key(|&i| st.children[i].spec.kind != "api");
+                for i in order {
+                    let child = &mut st.children[i];
                     if let Some(cell) = child.cell.take() {
                         tracing::debug!(child = %child.spec.id, "stopping");
+                        let share = end
+                            .saturating_duration_since(std::time::Instant::now())
+                            .checked_div(left.max(1) as u32)
+                            .unwrap_or_default()
+                            .max(Duration::from_millis(1));
+                        left = left.saturating_sub(1);
                         match cell
                             .stop_and_wait(Some("shutdown".into()), Some(share))
                             .await
