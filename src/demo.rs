@@ -166,6 +166,8 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
     while let Ok(Ok(e)) = tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
         n.event(&e);
     }
+    let state_dir = daemon.layout.state_dir.clone();
+    let host_key = daemon.fleet.ctx.host_key.verifying_key();
     let code = daemon.shutdown().await;
     let (answer, tickets) = result?;
     println!();
@@ -180,6 +182,29 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
             t["to"].as_str().unwrap_or(""),
             t["state"].as_str().unwrap_or(""),
             t["reply"]["text"].as_str().unwrap_or("")
+        );
+    }
+    // The drift logs the agents wrote, through the same gates the pullers run, as the lead.
+    let snap = fleetd_actors::drift::kb::read(&state_dir.join("kb"))?;
+    let ix = fleetd_actors::drift::gates::index(&snap, &[host_key]);
+    let p = fleetd_actors::drift::gates::Params::from_config(
+        &fleetd_actors::config::Config::default().drift,
+        fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
+    );
+    let reports = fleetd_actors::drift::gates::evaluate_all(&ix, Some("lead"), &p);
+    println!();
+    println!("Drift (signed anchors in STATE_DIR/kb, gates G1-G4 as the lead reads them):");
+    for r in &reports {
+        println!(
+            "  {:<9} {:<9} anchor {:?}, G1 {}, G2 {}, G3 {} ({}), G4 {}",
+            r.peer,
+            r.verdict,
+            r.anchor.as_deref().unwrap_or("-"),
+            r.g1,
+            r.g2,
+            r.g3,
+            r.reporters.join(", "),
+            r.g4
         );
     }
     println!();
@@ -201,6 +226,13 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
     anyhow::ensure!(
         answer.contains("sum of 5 numbers = 25") && answer.contains("9 words"),
         "unexpected answer: {answer}"
+    );
+    anyhow::ensure!(
+        reports.len() == 2
+            && reports
+                .iter()
+                .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
+        "the workers' drift anchors did not come out trusted by consensus"
     );
     println!("demo ok");
     Ok(())

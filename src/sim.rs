@@ -72,6 +72,9 @@ pub struct SimArgs {
     /// Architect: from round 2 on, adopt the other position quoted after `other:`.
     #[arg(long)]
     pub converge: bool,
+    /// Worker: anchor this identity statement with fleet_drift before each reply.
+    #[arg(long)]
+    pub anchor: Option<String>,
 }
 
 const PROMPT: &str = "sim> ";
@@ -405,6 +408,20 @@ async fn main_loop(args: SimArgs) -> anyhow::Result<()> {
                 Script::Worker => {
                     tokio::time::sleep(Duration::from_millis(args.work_ms)).await;
                     let answer = do_task(&body);
+                    if let Some(a) = &args.anchor {
+                        let r = tools
+                            .lock()
+                            .await
+                            .call("fleet_drift", json!({"action": "anchor", "baseline": a}))
+                            .await;
+                        match r {
+                            Ok(r) if r.is_error != Some(true) => {
+                                out(&format!("* anchored as {a:?}"))
+                            }
+                            Ok(r) => out(&format!("✗ fleet_drift refused: {}", structured(&r))),
+                            Err(e) => out(&format!("✗ fleet_drift failed: {e}")),
+                        }
+                    }
                     match (&ticket, args.no_reply) {
                         (Some(t), false) => match tools
                             .lock()
@@ -581,6 +598,13 @@ async fn lead_turn(
         return "✗ no `task:` lines in the brief".into();
     }
     let mut t = tools.lock().await;
+    // The lead anchors its own identity (the first write bootstraps its drift log).
+    let _ = t
+        .call(
+            "fleet_drift",
+            json!({"action": "anchor", "baseline": "lead coordinating the workers"}),
+        )
+        .await;
     let mut sent = vec![];
     for (i, task) in tasks.iter().enumerate() {
         let w = format!("worker-{}", i + 1);
@@ -592,7 +616,9 @@ async fn lead_turn(
             "--script",
             "worker",
             "--work-ms",
-            work_ms.to_string()
+            work_ms.to_string(),
+            "--anchor",
+            "worker"
         ]);
         if let Ok(r) = t
             .call(
@@ -652,7 +678,16 @@ async fn lead_turn(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    for (w, _) in &sent {
+    for (w, tid) in &sent {
+        // What the lead saw of each worker that answered goes into its own drift log.
+        if answers.contains_key(tid) {
+            let _ = t
+                .call(
+                    "fleet_drift",
+                    json!({"action": "observe", "subject": w, "baseline": "worker"}),
+                )
+                .await;
+        }
         let _ = t.call("fleet_stop", json!({"name": w})).await;
     }
     let summary: Vec<String> = sent
