@@ -617,6 +617,7 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
                     late,
                     took_us,
                     untrusted,
+                    ..
                 } = e.kind
                 {
                     anyhow::ensure!(

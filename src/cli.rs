@@ -492,10 +492,16 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             untrusted,
             late,
             took_us,
-        } => format!(
-            "drift pass: {peers} peers, {untrusted} untrusted, {late} late, {:.1} ms",
-            *took_us as f64 / 1000.0
-        ),
+            kb_error,
+        } => match kb_error {
+            Some(e) => format!(
+                "drift pass: the KB could not be read ({e}); {peers} peers keep their last reports"
+            ),
+            None => format!(
+                "drift pass: {peers} peers, {untrusted} untrusted, {late} late, {:.1} ms",
+                *took_us as f64 / 1000.0
+            ),
+        },
         K::Decision {
             decision,
             action,

@@ -108,6 +108,10 @@ pub enum EventKind {
         late: usize,
         /// From the start of the KB read to the last puller's report (monotonic clock).
         took_us: u64,
+        /// The KB could not be read at all: no puller ran, each kept its last report and
+        /// cached anchor; the next heartbeat tries again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kb_error: Option<String>,
     },
     /// A decision was opened, recorded on, closed, or a late record was refused.
     Decision {

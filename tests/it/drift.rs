@@ -619,3 +619,50 @@ async fn the_kb_is_served_read_only_and_refuses_paths_outside_it() {
         assert!(d.client.get_text(bad).await.is_err(), "{bad} was served");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_kb_keeps_every_cached_anchor_and_is_retried() {
+    let d = D::with(drift_config()).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", exec()).await;
+    drift_call(
+        &d,
+        "w1",
+        json!({"action": "anchor", "baseline": "researcher"}),
+    )
+    .await;
+    view_when(&d, &mut ev, "w1", |v| v["verdict"] == "trusted").await;
+    // The whole KB goes away (a file where its directory was).
+    let (kb, away) = (d.state.join("kb"), d.state.join("kb.away"));
+    std::fs::rename(&kb, &away).unwrap();
+    std::fs::write(&kb, b"not a directory").unwrap();
+    let mark = ev.seen.last().map_or(0, |e| e.seq);
+    let failed = ev
+        .after(mark, "a pass that could not read the KB", |e| {
+            matches!(
+                &e.kind,
+                EventKind::DriftPass {
+                    kb_error: Some(_),
+                    ..
+                }
+            )
+        })
+        .await;
+    let v = peer_view(&d, "w1").await;
+    assert_eq!(
+        (v["anchor"].as_str(), v["verdict"].as_str()),
+        (Some("researcher"), Some("trusted")),
+        "never discarded on a failure: {v}"
+    );
+    // It is retried at the next heartbeat, and reads again once the KB is back.
+    std::fs::remove_file(&kb).unwrap();
+    std::fs::rename(&away, &kb).unwrap();
+    ev.after(
+        failed.seq,
+        "a pass that read the KB again",
+        |e| matches!(&e.kind, EventKind::DriftPass { kb_error: None, peers, .. } if *peers >= 1),
+    )
+    .await;
+    let v = peer_view(&d, "w1").await;
+    assert_eq!(v["verdict"], "trusted", "{v}");
+}

@@ -85,6 +85,14 @@ impl Actor for DriftScheduler {
             Err(e) => {
                 // The whole KB is unreadable: pullers keep their cached anchors until next time.
                 tracing::warn!(error = %e, "the drift KB could not be read; keeping cached anchors, retrying next heartbeat");
+                let reports = st.ctx.drift.reports();
+                st.ctx.events.emit(crate::events::EventKind::DriftPass {
+                    peers: reports.len(),
+                    untrusted: reports.iter().filter(|r| r.verdict == "untrusted").count(),
+                    late: 0,
+                    took_us: started.elapsed().as_micros() as u64,
+                    kb_error: Some(e.to_string()),
+                });
                 return Ok(());
             }
         };
@@ -157,6 +165,7 @@ impl Actor for DriftScheduler {
                 untrusted,
                 late,
                 took_us: started.elapsed().as_micros() as u64,
+                kb_error: None,
             });
         });
         Ok(())
