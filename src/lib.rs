@@ -13,6 +13,7 @@ pub mod codec;
 pub mod daemon;
 pub mod demo;
 pub mod identity;
+pub mod link;
 pub mod mcp;
 pub mod rest;
 pub mod sim;
