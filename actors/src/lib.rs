@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod injector;
 pub mod keys;
 pub mod ledger;
+pub mod link;
 pub mod registry;
 pub mod slot;
 pub mod store;
