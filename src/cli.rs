@@ -161,6 +161,11 @@ pub enum Cmd {
     Fault { target: String },
     /// Reload the daemon's config file (same as SIGHUP).
     Reload,
+    /// Peer hosts: each link's state (up/down since, last RTT, why it is down).
+    Peers {
+        #[arg(long)]
+        json: bool,
+    },
     /// Decisions recorded in the ledger.
     Decision {
         #[command(subcommand)]
@@ -482,6 +487,14 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             if *ok { "ok" } else { "refused" }
         ),
         K::DriftAlert { peer, rule, text } => format!("DRIFT ALERT ({rule}) about {peer}: {text}"),
+        K::Link { peer, up, detail } => {
+            if *up {
+                format!("link to {peer} up ({detail})")
+            } else {
+                format!("link to {peer} down: {detail}")
+            }
+        }
+        K::LinkRefused { detail } => format!("link refused: {detail}"),
         K::DriftLine {
             identity,
             kind,
@@ -923,6 +936,50 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 print_json(&v);
             } else {
                 print_decision(&v);
+            }
+        }
+        Cmd::Peers { json } => {
+            let v: Value = client(&sd)?.get("/peers").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                println!(
+                    "this host: {} (key {}), links {}",
+                    s(&v["host"]),
+                    s(&v["public_key"]),
+                    v["listen"]
+                        .as_str()
+                        .map_or("off (link.listen is not set)".to_string(), |l| format!(
+                            "on {l}"
+                        ))
+                );
+                let rows = v["links"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|l| {
+                        vec![
+                            s(&l["peer"]),
+                            s(&l["addr"]),
+                            s(&l["phase"]),
+                            ago(l["since"].as_u64()),
+                            l["rtt_us"]
+                                .as_u64()
+                                .map_or("-".into(), |r| format!("{:.2} ms", r as f64 / 1000.0)),
+                            match l["dialled"].as_bool() {
+                                Some(true) => "dialled".into(),
+                                Some(false) => "accepted".into(),
+                                None => "-".into(),
+                            },
+                            l["reason"].as_str().unwrap_or("").to_string(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &["PEER", "ADDR", "STATE", "SINCE", "RTT", "BY", "WHY DOWN"],
+                    rows,
+                );
             }
         }
         Cmd::Drift {

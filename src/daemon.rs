@@ -94,6 +94,43 @@ fn load_or_create_key(
     }
 }
 
+/// Bind the QUIC endpoint and start a PeerLink per configured peer, if `link.listen` is set.
+async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::actor::Links>> {
+    use crate::link::endpoint::{Endpoint, Peer};
+    let c = ctx.config();
+    let Some(listen) = &c.link.listen else {
+        return Ok(None);
+    };
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .with_context(|| format!("link.listen {listen}"))?;
+    let mut peers = vec![];
+    for (name, p) in &c.peers {
+        peers.push(Peer {
+            name: name.clone(),
+            addr: p
+                .addr
+                .parse()
+                .with_context(|| format!("peers.{name}.addr {}", p.addr))?,
+            key: fleetd_actors::keys::parse_public(&p.public_key)
+                .map_err(|e| anyhow::anyhow!("peers.{name}.public_key: {e}"))?,
+        });
+    }
+    let ep = Endpoint::bind(
+        addr,
+        ctx.host_key.clone(),
+        c.daemon.host.clone(),
+        peers,
+        Duration::from_secs(c.link.keep_alive_secs.max(1)),
+        Duration::from_secs(c.link.idle_timeout_secs.max(2)),
+    )?;
+    tracing::info!(listen = %ep.local_addr()?, peers = c.peers.len(), "peer links listening");
+    let links = crate::link::actor::Links::start(ctx.clone(), ep)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some(links))
+}
+
 /// What the API actor needs to (re)bind its listeners.
 #[derive(Clone)]
 struct ApiArgs {
@@ -235,6 +272,8 @@ pub struct Daemon {
     join: tokio::task::JoinHandle<()>,
     config_path: Option<PathBuf>,
     gc: tokio::task::JoinHandle<()>,
+    /// Peer links, when `link.listen` is set.
+    pub links: Option<crate::link::actor::Links>,
 }
 
 /// Reload the config file into the running fleet; returns a short description.
@@ -349,6 +388,7 @@ impl Daemon {
                 }
             }
         });
+        let links = start_links(&ctx).await?;
         tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
         Ok(Daemon {
             fleet,
@@ -356,6 +396,7 @@ impl Daemon {
             join,
             config_path,
             gc,
+            links,
         })
     }
 
@@ -377,6 +418,9 @@ impl Daemon {
                 async move { f.stop(&Caller::Operator, &n, false).await }
             });
             let _ = tokio::time::timeout(deadline / 2, futures::future::join_all(stops)).await;
+        }
+        if let Some(l) = &self.links {
+            l.shutdown().await;
         }
         let remaining = deadline
             .saturating_sub(started.elapsed())

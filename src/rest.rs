@@ -202,6 +202,7 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/kb/fleet/drift/{identity}/{file}", get(kb_file))
         .route("/alerts", get(alerts))
         .route("/drift", get(drift))
+        .route("/peers", get(peers))
         .route("/decisions", get(decisions))
         .route("/decisions/{id}", get(decision));
     let r = if cfg!(debug_assertions) {
@@ -532,6 +533,23 @@ async fn drift(
     Ok(Json(
         serde_json::to_value(api.fleet.drift_peers(&c)?).unwrap_or_default(),
     ))
+}
+
+/// `GET /peers`: this host and the reachability of every peer host.
+async fn peers(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "peers")?;
+    let ctx = &api.fleet.ctx;
+    let config = ctx.config();
+    Ok(Json(serde_json::json!({
+        "host": config.daemon.host,
+        "public_key": fleetd_actors::keys::public_text(&ctx.host_key.verifying_key()),
+        "listen": config.link.listen,
+        "links": ctx.link_views(),
+    })))
 }
 
 async fn decisions(

@@ -38,6 +38,11 @@ pub struct Config {
     #[serde(default)]
     pub drift: DriftConfig,
     #[serde(default)]
+    pub link: LinkConfig,
+    /// Other hosts' fleetd instances, by host name.
+    #[serde(default)]
+    pub peers: BTreeMap<String, PeerConfig>,
+    #[serde(default)]
     pub supervision: BTreeMap<String, RestartPolicyConfig>,
     #[serde(default)]
     pub architects: BTreeMap<String, ArchitectSlot>,
@@ -238,6 +243,41 @@ pub struct CircleConfig {
 pub struct DriftIdentity {
     pub circle: Option<String>,
     pub default_baseline: Option<String>,
+}
+
+/// The QUIC endpoint for peer links.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkConfig {
+    /// UDP address to listen on (e.g. "0.0.0.0:7801"); without it, no links.
+    pub listen: Option<String>,
+    /// QUIC keep-alive; must be below the idle timeout.
+    pub keep_alive_secs: u64,
+    pub idle_timeout_secs: u64,
+    /// Redial backoff: the ceiling doubles from min to max; the wait is random in [ceiling/2, ceiling].
+    pub backoff_min_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            listen: None,
+            keep_alive_secs: 5,
+            idle_timeout_secs: 20,
+            backoff_min_ms: 200,
+            backoff_max_ms: 30_000,
+        }
+    }
+}
+
+/// A peer host: where its fleetd listens and its host key.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub addr: String,
+    /// Its host public key (base64 of 32 bytes, as `fleetd keygen` prints it).
+    pub public_key: String,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -482,6 +522,47 @@ impl Config {
                     "drift.identities.{id}.circle names `{c}`, which is not in drift.circles"
                 ));
             }
+        }
+        if let Some(l) = &self.link.listen
+            && l.parse::<std::net::SocketAddr>().is_err()
+        {
+            problems.push(format!(
+                "link.listen `{l}` is not an address: give IP:PORT, e.g. \"0.0.0.0:7801\""
+            ));
+        }
+        if self.link.keep_alive_secs == 0
+            || self.link.keep_alive_secs >= self.link.idle_timeout_secs
+        {
+            problems.push(
+                "link.keep_alive_secs must be greater than 0 and below link.idle_timeout_secs"
+                    .into(),
+            );
+        }
+        if self.link.backoff_min_ms == 0 || self.link.backoff_min_ms > self.link.backoff_max_ms {
+            problems.push(
+                "link.backoff_min_ms must be greater than 0 and at most backoff_max_ms".into(),
+            );
+        }
+        for (name, p) in &self.peers {
+            if crate::types::MemberName::new(name).is_err() || *name == self.daemon.host {
+                problems.push(format!(
+                    "peers.{name}: a peer is another host, named like a member (letters, digits, - and _), not this host ({})",
+                    self.daemon.host
+                ));
+            }
+            if p.addr.parse::<std::net::SocketAddr>().is_err() {
+                problems.push(format!("peers.{name}.addr `{}` is not IP:PORT", p.addr));
+            }
+            if crate::keys::parse_public(&p.public_key).is_err() {
+                problems.push(format!(
+                    "peers.{name}.public_key is not a public key (base64 of 32 bytes, from `fleetd keygen`)"
+                ));
+            }
+        }
+        if !self.peers.is_empty() && self.link.listen.is_none() {
+            problems.push(
+                "peers are configured but link.listen is not: set link.listen to link them".into(),
+            );
         }
         for k in &self.drift.trust {
             if crate::keys::parse_public(k).is_err() {

@@ -282,6 +282,8 @@ pub struct Ctx {
     pub drift: crate::drift::service::DriftState,
     /// The root supervisor, for actors that start siblings (the drift scheduler's pullers).
     pub supervisor: std::sync::OnceLock<ActorRef<crate::supervisor::actor::SupervisorMsg>>,
+    /// Each peer link as its actor last published it.
+    pub links: RwLock<std::collections::BTreeMap<String, crate::link::state::LinkView>>,
 }
 
 impl Ctx {
@@ -316,7 +318,13 @@ impl Ctx {
             next_decision: AtomicU64::new(1),
             drift: Default::default(),
             supervisor: std::sync::OnceLock::new(),
+            links: RwLock::new(Default::default()),
         }
+    }
+
+    /// Every peer link's view, by peer name.
+    pub fn link_views(&self) -> Vec<crate::link::state::LinkView> {
+        read(&self.links).values().cloned().collect()
     }
 
     /// The drift knowledge base: `STATE_DIR/kb`.

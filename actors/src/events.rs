@@ -113,6 +113,17 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kb_error: Option<String>,
     },
+    /// A peer link came up or went down.
+    Link {
+        peer: String,
+        up: bool,
+        /// Why it went down; whether this host dialled it when up.
+        detail: String,
+    },
+    /// An incoming link was refused (an unknown key, a failed hello, a wrong version).
+    LinkRefused {
+        detail: String,
+    },
     /// A decision was opened, recorded on, closed, or a late record was refused.
     Decision {
         decision: DecisionId,

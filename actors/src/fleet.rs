@@ -1236,7 +1236,13 @@ impl Fleet {
                     })
                     .collect(),
             },
-            peers: vec![],
+            // Reachability of every peer host (up/down since, last RTT).
+            peers: self
+                .ctx
+                .link_views()
+                .into_iter()
+                .filter_map(|v| serde_json::to_value(v).ok())
+                .collect(),
         }
     }
 

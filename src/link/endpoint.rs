@@ -108,7 +108,11 @@ impl Endpoint {
             .map_err(|e| tls::TlsError::Config(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(transport.clone());
-        let config = quinn::EndpointConfig::new(Arc::new(tls::reset_key(&key)));
+        let mut config = quinn::EndpointConfig::new(Arc::new(tls::reset_key(&key)));
+        let cid_key = tls::cid_key(&key);
+        config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+        });
         let socket = std::net::UdpSocket::bind(addr).map_err(|e| LinkError::Bind {
             addr,
             why: e.to_string(),

@@ -5,5 +5,6 @@
 //! read a frame from a peer that has not passed both the TLS pin and the hello, and never let
 //! a peer's bytes panic the daemon (every frame goes through `codec`, bounded).
 
+pub mod actor;
 pub mod endpoint;
 pub mod tls;

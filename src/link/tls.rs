@@ -76,6 +76,17 @@ pub fn reset_key(key: &SigningKey) -> ring::hmac::Key {
     ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &h.finalize())
 }
 
+/// The key of the connection-ID generator: derived from the host key too, so a restarted host
+/// recognises the IDs it issued before (quinn's default picks a random key per process, and
+/// then drops the old peer's packets as "invalid CID" instead of answering with a reset).
+pub fn cid_key(key: &SigningKey) -> u64 {
+    let mut h = sha2::Sha256::new();
+    h.update(b"fleetd/1 connection ids\n");
+    h.update(key.to_bytes());
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
 fn check_pinned(
     cert: &CertificateDer<'_>,
     allowed: &[VerifyingKey],

@@ -6,5 +6,6 @@ mod drift;
 mod durability;
 mod fleet;
 mod ledger;
+mod link;
 mod mcp;
 mod supervision;

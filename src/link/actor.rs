@@ -1,0 +1,345 @@
+//! The PeerLink actors: one per configured peer, supervised, each wrapping a
+//! [`LinkCore`](fleetd_actors::link::state::LinkCore); and the acceptor that hands incoming links
+//! to them.
+//!
+//! Owns moving the core's effects onto quinn: dialling in a task, keeping the connection the core
+//! chose and closing the other, watching the connection for its end, sampling its RTT, and
+//! publishing the link's view (`fleetd peers`, status, events). Must never decide when to dial or
+//! which duplicate wins: the core does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use fleetd_actors::ctx::{SharedCtx, Timer};
+use fleetd_actors::error::FleetError;
+use fleetd_actors::events::EventKind;
+use fleetd_actors::link::state::{Backoff, Effect, LinkCore, Phase};
+use fleetd_actors::supervisor::actor::{ChildSpec, SupervisorMsg};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::endpoint::{Endpoint, Link, Peer, close};
+
+pub enum LinkMsg {
+    Tick,
+    Dialled(Result<Link, String>),
+    Incoming(Link),
+    Lost { id: u64, why: String },
+}
+
+/// The links of this host: the endpoint and each peer's actor.
+pub struct Links {
+    pub endpoint: Arc<Endpoint>,
+    actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>>,
+    acceptor: tokio::task::JoinHandle<()>,
+}
+
+impl Links {
+    /// Start a PeerLink actor per configured peer under the root supervisor, and the acceptor.
+    pub async fn start(ctx: SharedCtx, endpoint: Endpoint) -> Result<Links, FleetError> {
+        let endpoint = Arc::new(endpoint);
+        let actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>> = Default::default();
+        let sup = ctx
+            .supervisor
+            .get()
+            .ok_or_else(|| FleetError::unavailable("peer links", "the supervisor is not up"))?
+            .clone();
+        for peer in endpoint.peers().to_vec() {
+            let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
+            let spec = ChildSpec {
+                id: format!("link:{}", peer.name),
+                kind: "link",
+                on_down: None,
+                start: Arc::new(move |supcell| {
+                    let args = LinkArgs {
+                        ctx: c.clone(),
+                        endpoint: e.clone(),
+                        peer: p.clone(),
+                        registry: a.clone(),
+                    };
+                    Box::pin(async move {
+                        let (r, _) = Actor::spawn_linked(None, PeerLink, args, supcell)
+                            .await
+                            .map_err(|e| FleetError::internal("peer link start", e.to_string()))?;
+                        Ok(r.get_cell())
+                    })
+                }),
+            };
+            match sup
+                .call(
+                    |reply| SupervisorMsg::Start { spec, reply },
+                    Some(Duration::from_secs(10)),
+                )
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
+                Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
+                _ => {
+                    return Err(FleetError::unavailable(
+                        "peer links",
+                        "the supervisor did not answer",
+                    ));
+                }
+            }
+        }
+        let (e, a, c) = (endpoint.clone(), actors.clone(), ctx.clone());
+        let acceptor = tokio::spawn(async move {
+            while let Some(r) = e.accept().await {
+                match r {
+                    Ok(link) => {
+                        let actor = a
+                            .read()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get(&link.peer)
+                            .cloned();
+                        match actor {
+                            Some(actor) => {
+                                if let Err(ractor::MessagingErr::SendErr(LinkMsg::Incoming(l))) =
+                                    actor.cast(LinkMsg::Incoming(link))
+                                {
+                                    l.conn.close(close::REFUSED.into(), b"restarting");
+                                }
+                            }
+                            None => link.conn.close(close::REFUSED.into(), b"no link actor"),
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "incoming link refused");
+                        c.events.emit(EventKind::LinkRefused {
+                            detail: e.to_string(),
+                        });
+                    }
+                }
+            }
+        });
+        Ok(Links {
+            endpoint,
+            actors,
+            acceptor,
+        })
+    }
+
+    /// Close every link and stop accepting.
+    pub async fn shutdown(&self) {
+        self.acceptor.abort();
+        self.endpoint.shutdown().await;
+        let _ = &self.actors;
+    }
+}
+
+pub struct LinkArgs {
+    ctx: SharedCtx,
+    endpoint: Arc<Endpoint>,
+    peer: Peer,
+    registry: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>>,
+}
+
+pub struct PeerLink;
+
+pub struct LinkState {
+    ctx: SharedCtx,
+    endpoint: Arc<Endpoint>,
+    peer: Peer,
+    core: LinkCore,
+    conns: HashMap<u64, quinn::Connection>,
+    timer: Timer,
+    keep_alive: u64,
+    /// What was last announced: up, down, or nothing yet.
+    announced: Option<bool>,
+}
+
+impl LinkState {
+    /// Publish the view; announce each change between up and down once (the first failure
+    /// after start counts as going down, so an outage from the start is announced too).
+    fn publish(&mut self) {
+        let v = self.core.view().clone();
+        let announce = match v.phase {
+            Phase::Up if self.announced != Some(true) => Some(true),
+            Phase::Down if v.attempts > 0 && self.announced != Some(false) => Some(false),
+            _ => None,
+        };
+        if let Some(up) = announce {
+            self.announced = Some(up);
+            let detail = if up {
+                if v.dialled == Some(true) {
+                    "dialled".to_string()
+                } else {
+                    "accepted".to_string()
+                }
+            } else {
+                v.reason.clone().unwrap_or_default()
+            };
+            if up {
+                tracing::info!(peer = %v.peer, %detail, "peer link up");
+            } else {
+                tracing::warn!(peer = %v.peer, %detail, "peer link down");
+            }
+            self.ctx.events.emit(EventKind::Link {
+                peer: v.peer.clone(),
+                up,
+                detail,
+            });
+        }
+        self.ctx
+            .links
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(v.peer.clone(), v);
+    }
+
+    fn watch(&self, me: &ActorRef<LinkMsg>, conn: &quinn::Connection) {
+        let (me, conn) = (me.clone(), conn.clone());
+        tokio::spawn(async move {
+            let why = conn.closed().await;
+            let _ = me.cast(LinkMsg::Lost {
+                id: conn.stable_id() as u64,
+                why: why.to_string(),
+            });
+        });
+    }
+
+    fn perform(&mut self, me: &ActorRef<LinkMsg>, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Dial => {
+                    let (ep, peer, me) = (self.endpoint.clone(), self.peer.clone(), me.clone());
+                    tokio::spawn(async move {
+                        let r = ep.dial(&peer).await.map_err(|e| e.to_string());
+                        if let Err(ractor::MessagingErr::SendErr(LinkMsg::Dialled(Ok(l)))) =
+                            me.cast(LinkMsg::Dialled(r))
+                        {
+                            l.conn.close(close::SHUTDOWN.into(), b"link actor gone");
+                        }
+                    });
+                }
+                Effect::Arm(_) => {}
+                Effect::UseNew { id, close: old } => {
+                    if let Some(c) = self.conns.get(&id) {
+                        self.watch(me, c);
+                    }
+                    if let Some(old) = old
+                        && let Some(c) = self.conns.remove(&old)
+                    {
+                        c.close(close::DUPLICATE.into(), b"duplicate link");
+                    }
+                }
+                Effect::DropNew { id } => {
+                    if let Some(c) = self.conns.remove(&id) {
+                        c.close(close::DUPLICATE.into(), b"duplicate link");
+                    }
+                }
+            }
+        }
+    }
+
+    fn rearm(&mut self, me: &ActorRef<LinkMsg>, now: u64) {
+        let v = self.core.view();
+        let at = match v.phase {
+            Phase::Up => Some(now + self.keep_alive),
+            Phase::Down => v.retry_at,
+            Phase::Dialing => None,
+        };
+        self.timer.arm(me, at, now, || LinkMsg::Tick);
+    }
+}
+
+impl Actor for PeerLink {
+    type Msg = LinkMsg;
+    type State = LinkState;
+    type Arguments = LinkArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        a: LinkArgs,
+    ) -> Result<LinkState, ActorProcessingErr> {
+        a.registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(a.peer.name.clone(), myself.clone());
+        let c = a.ctx.config();
+        let core = LinkCore::new(
+            &a.peer.name,
+            &a.peer.addr.to_string(),
+            a.ctx.host_key.verifying_key().as_bytes(),
+            a.peer.key.as_bytes(),
+            Backoff {
+                min_ms: c.link.backoff_min_ms,
+                max_ms: c.link.backoff_max_ms,
+            },
+            a.ctx.now(),
+        );
+        let _ = myself.cast(LinkMsg::Tick);
+        Ok(LinkState {
+            keep_alive: c.link.keep_alive_secs.max(1) * 1000,
+            ctx: a.ctx,
+            endpoint: a.endpoint,
+            peer: a.peer,
+            core,
+            conns: HashMap::new(),
+            timer: Timer::new(),
+            announced: None,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<LinkMsg>,
+        st: &mut LinkState,
+    ) -> Result<(), ActorProcessingErr> {
+        for c in st.conns.values() {
+            c.close(close::SHUTDOWN.into(), b"shutdown");
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        msg: LinkMsg,
+        st: &mut LinkState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        let effects = match msg {
+            LinkMsg::Tick => {
+                st.timer.fired();
+                if let Some(id) = st.core.current()
+                    && let Some(c) = st.conns.get(&id)
+                {
+                    st.core.rtt(id, c.rtt().as_micros() as u64);
+                }
+                st.core.tick(now)
+            }
+            LinkMsg::Dialled(Ok(link)) => {
+                let id = link.conn.stable_id() as u64;
+                st.conns.insert(id, link.conn);
+                let e = st.core.dial_ok(now, id);
+                if let Some(c) = st.conns.get(&id) {
+                    st.core.rtt(id, c.rtt().as_micros() as u64);
+                }
+                e
+            }
+            LinkMsg::Dialled(Err(why)) => {
+                tracing::debug!(peer = %st.peer.name, %why, "dial failed");
+                st.core.dial_failed(now, why)
+            }
+            LinkMsg::Incoming(link) => {
+                let id = link.conn.stable_id() as u64;
+                st.conns.insert(id, link.conn);
+                let e = st.core.incoming(now, id);
+                if let Some(c) = st.conns.get(&id) {
+                    st.core.rtt(id, c.rtt().as_micros() as u64);
+                }
+                e
+            }
+            LinkMsg::Lost { id, why } => {
+                st.conns.remove(&id);
+                st.core.lost(now, id, why)
+            }
+        };
+        st.perform(&myself, effects);
+        st.rearm(&myself, now);
+        st.publish();
+        Ok(())
+    }
+}
