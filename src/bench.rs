@@ -11,6 +11,8 @@
 //! Owns measurement only.
 
 use std::io::{Read, Write};
+
+use futures::{StreamExt, TryStreamExt};
 use std::time::{Duration, Instant};
 
 use fleetd_actors::events::EventKind;
@@ -27,8 +29,9 @@ use crate::daemon::Daemon;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends) or
-    /// `drift` (a puller pass over many peers with signed anchors).
+    /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends),
+    /// `drift` (a puller pass over many peers with signed anchors) or `link` (a request over a
+    /// peer link against a raw quinn echo).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -52,6 +55,7 @@ pub enum Which {
     Fleet,
     Ledger,
     Drift,
+    Link,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -697,10 +701,165 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A raw quinn echo: one bi stream per request, the bytes back (the baseline for a link request).
+async fn raw_echo(conn: quinn::Connection) {
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        tokio::spawn(async move {
+            if let Ok(b) = recv.read_to_end(1 << 20).await {
+                let _ = send.write_all(&b).await;
+                let _ = send.finish();
+            }
+        });
+    }
+}
+
+async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::link::endpoint::{Endpoint, Peer};
+    use crate::link::wire::{self, Request, Response};
+    let (ka, kb) = (
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    );
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let peer = |name: &str, addr, key: &ed25519_dalek::SigningKey| Peer {
+        name: name.into(),
+        addr,
+        key: key.verifying_key(),
+    };
+    let (ka_, d) = (Duration::from_secs(5), Duration::from_secs(30));
+    let eb = std::sync::Arc::new(Endpoint::bind(
+        any,
+        kb.clone(),
+        "b".into(),
+        vec![peer("a", any, &ka)],
+        ka_,
+        d,
+    )?);
+    let baddr = eb.local_addr()?;
+    let ea = Endpoint::bind(
+        any,
+        ka.clone(),
+        "a".into(),
+        vec![peer("b", baddr, &kb)],
+        ka_,
+        d,
+    )?;
+    // Two links: one served by fleetd's request loop, one by a bare quinn echo.
+    let e2 = eb.clone();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            tokio::spawn(wire::serve(
+                l.peer,
+                l.conn,
+                std::sync::Arc::new(wire::Basic),
+            ));
+        }
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let p = ea.peers()[0].clone();
+    let ours = ea.dial(&p).await?;
+    let raw = ea.dial(&p).await?;
+    let payload = vec![7u8; 200];
+    let n = args.iterations;
+    let mut ours_t = vec![];
+    let mut raw_t = vec![];
+    for i in 0..n * 2 {
+        // Interleave, so drift in the machine's load hits both alike.
+        if i % 2 == 0 {
+            let t = Instant::now();
+            let r = wire::request(
+                "b",
+                &ours.conn,
+                &Request::Ping {
+                    payload: payload.clone(),
+                },
+            )
+            .await?;
+            anyhow::ensure!(matches!(r, Response::Pong { .. }), "unexpected {r:?}");
+            ours_t.push(t.elapsed());
+        } else {
+            let t = Instant::now();
+            let (mut send, mut recv) = raw.conn.open_bi().await?;
+            send.write_all(&payload).await?;
+            send.finish()?;
+            let back = recv.read_to_end(1 << 20).await?;
+            anyhow::ensure!(back.len() == payload.len(), "short echo");
+            raw_t.push(t.elapsed());
+        }
+    }
+    // Throughput with 32 requests in flight.
+    let conc = 32usize;
+    let total = n * 4;
+    let t = Instant::now();
+    futures::stream::iter(0..total)
+        .map(|_| {
+            let (c, pl) = (ours.conn.clone(), payload.clone());
+            async move { wire::request("b", &c, &Request::Ping { payload: pl }).await }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let ours_rate = total as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    futures::stream::iter(0..total)
+        .map(|_| {
+            let (c, pl) = (raw.conn.clone(), payload.clone());
+            async move {
+                let (mut send, mut recv) = c.open_bi().await?;
+                send.write_all(&pl).await?;
+                send.finish()?;
+                recv.read_to_end(1 << 20).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let raw_rate = total as f64 / t.elapsed().as_secs_f64();
+    ea.shutdown().await;
+    eb.shutdown().await;
+    let (o, r) = (
+        stats("link request (Ping, 200 B)", ours_t),
+        stats("raw quinn echo, 200 B (baseline)", raw_t),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"ours": o, "baseline": r, "p50_ratio": o.p50_us / r.p50_us, "ours_per_sec_32": ours_rate, "raw_per_sec_32": raw_rate})
+            )?
+        );
+    } else {
+        println!(
+            "{:<38} {:>7} {:>10} {:>10}",
+            "measurement", "n", "p50 µs", "p99 µs"
+        );
+        for s in [&r, &o] {
+            println!(
+                "{:<38} {:>7} {:>10.1} {:>10.1}",
+                s.name, s.n, s.p50_us, s.p99_us
+            );
+        }
+        println!(
+            "  -> p50 ratio {:.2}x, p99 ratio {:.2}x",
+            o.p50_us / r.p50_us,
+            o.p99_us / r.p99_us
+        );
+        println!(
+            "32 in flight: link requests {ours_rate:.0}/s, raw echo {raw_rate:.0}/s ({:.2}x)",
+            ours_rate / raw_rate
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.which {
         Which::Ledger => return run_ledger(&args).await,
         Which::Drift => return run_drift(&args).await,
+        Which::Link => return run_link(&args).await,
         Which::Fleet => {}
     }
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;

@@ -216,6 +216,11 @@ impl LinkState {
                 Effect::UseNew { id, close: old } => {
                     if let Some(c) = self.conns.get(&id) {
                         self.watch(me, c);
+                        tokio::spawn(super::wire::serve(
+                            self.peer.name.clone(),
+                            c.clone(),
+                            Arc::new(super::wire::Basic),
+                        ));
                     }
                     if let Some(old) = old
                         && let Some(c) = self.conns.remove(&old)

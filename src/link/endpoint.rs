@@ -552,4 +552,57 @@ mod tests {
             vec![rustls::SignatureScheme::ED25519]
         }
     }
+
+    #[tokio::test]
+    async fn garbage_and_oversized_frames_are_refused_and_the_link_keeps_serving() {
+        use super::super::wire::{self, Request, Response};
+        let (a, b) = (host("a", 1), host("b", 2));
+        let (eb, baddr) = serve(&b, vec![peer_of(&a, "127.0.0.1:9".parse().unwrap())]);
+        tokio::spawn({
+            let eb = eb.clone();
+            async move {
+                let l = eb.accept().await.unwrap().unwrap();
+                wire::serve(l.peer, l.conn, Arc::new(wire::Basic)).await;
+            }
+        });
+        let ea = ep(&a, "a", vec![peer_of(&b, baddr)]);
+        let link = ea.dial(&ea.peers()[0].clone()).await.unwrap();
+        // A frame whose payload is not a Request.
+        let (mut send, mut recv) = link.conn.open_bi().await.unwrap();
+        send.write_all(&[0, 0, 0, 5, 0xff, 0xfe, 0xfd, 0xfc, 0xfb])
+            .await
+            .unwrap();
+        let _ = send.finish();
+        match codec::read_frame::<_, Response>(&mut recv, wire::MAX_FRAME).await {
+            Ok(Some(Response::Refused { why, .. })) => assert!(!why.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        // A length prefix of 2 GiB: refused before any allocation.
+        let (mut send, mut recv) = link.conn.open_bi().await.unwrap();
+        send.write_all(&[0x80, 0, 0, 0, 1, 2, 3]).await.unwrap();
+        let _ = send.finish();
+        match codec::read_frame::<_, Response>(&mut recv, wire::MAX_FRAME).await {
+            Ok(Some(Response::Refused { why, accepted, .. })) => {
+                assert!(why.contains("2147483648"), "{why}");
+                assert!(accepted.contains("1048576"), "{accepted}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The link still serves.
+        let r = wire::request(
+            "b",
+            &link.conn,
+            &Request::Ping {
+                payload: b"still there".to_vec(),
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            r,
+            Response::Pong {
+                payload: b"still there".to_vec()
+            }
+        );
+    }
 }

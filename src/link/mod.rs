@@ -8,3 +8,4 @@
 pub mod actor;
 pub mod endpoint;
 pub mod tls;
+pub mod wire;

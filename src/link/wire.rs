@@ -1,0 +1,150 @@
+//! Requests over an open link: one bidirectional QUIC stream per request, one bounded frame each
+//! way (through `codec`).
+//!
+//! Owns the request and response shapes and the serving loop. A frame that is too large or does
+//! not decode is answered with a `Refused` response naming why, the stream is closed, and the
+//! link keeps serving: a peer's bytes never panic the daemon. Must never read a frame without a
+//! size bound or a deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+
+/// Largest request or response frame on a link.
+pub const MAX_FRAME: usize = 1 << 20;
+/// How long one request may take end to end.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most this many requests from one peer are served at once; more wait for a stream.
+pub const MAX_CONCURRENT: usize = 64;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Request {
+    /// Liveness and round-trip measurement; the payload comes back.
+    Ping { payload: Vec<u8> },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Response {
+    Pong {
+        payload: Vec<u8>,
+    },
+    /// The request was not served: what was refused, why, and what would be accepted.
+    Refused {
+        refused: String,
+        why: String,
+        accepted: String,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("the link to {peer} failed during a request: {why}")]
+    Link { peer: String, why: String },
+    #[error("{peer} did not answer within {REQUEST_TIMEOUT:?}")]
+    Timeout { peer: String },
+    #[error("{peer} closed the stream without an answer")]
+    NoAnswer { peer: String },
+}
+
+/// Send one request on `conn` and wait for its response.
+pub async fn request(
+    peer: &str,
+    conn: &quinn::Connection,
+    req: &Request,
+) -> Result<Response, RequestError> {
+    let fail = |why: String| RequestError::Link {
+        peer: peer.to_string(),
+        why,
+    };
+    let go = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| fail(e.to_string()))?;
+        codec::write_frame(&mut send, req)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = send.finish();
+        codec::read_frame::<_, Response>(&mut recv, MAX_FRAME)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| RequestError::NoAnswer {
+                peer: peer.to_string(),
+            })
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, go)
+        .await
+        .map_err(|_| RequestError::Timeout {
+            peer: peer.to_string(),
+        })?
+}
+
+/// What serves a peer's requests.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(
+        &self,
+        peer: &str,
+        req: Request,
+    ) -> impl std::future::Future<Output = Response> + Send;
+}
+
+/// The built-in handler: answers pings.
+pub struct Basic;
+
+impl Handler for Basic {
+    async fn handle(&self, _peer: &str, req: Request) -> Response {
+        match req {
+            Request::Ping { payload } => Response::Pong { payload },
+        }
+    }
+}
+
+/// Serve `peer`'s requests on `conn` until the connection ends.
+pub async fn serve<H: Handler>(peer: String, conn: quinn::Connection, handler: Arc<H>) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (mut send, mut recv) = match conn.accept_bi().await {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let (peer, handler) = (peer.clone(), handler.clone());
+        let span = tracing::debug_span!("link request", %peer);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let _permit = permit;
+                let read = tokio::time::timeout(
+                    REQUEST_TIMEOUT,
+                    codec::read_frame::<_, Request>(&mut recv, MAX_FRAME),
+                )
+                .await;
+                let resp = match read {
+                    Ok(Ok(Some(req))) => handler.handle(&peer, req).await,
+                    Ok(Ok(None)) => return,
+                    Ok(Err(e)) => {
+                        tracing::warn!(%peer, error = %e, "a frame from a peer was refused");
+                        let _ = recv.stop(0u32.into());
+                        Response::Refused {
+                            refused: "a link request".into(),
+                            why: e.to_string(),
+                            accepted: format!(
+                                "one length-prefixed frame of at most {MAX_FRAME} bytes holding a Request of link protocol {}",
+                                super::endpoint::PROTOCOL
+                            ),
+                        }
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "a peer's request did not arrive in time");
+                        return;
+                    }
+                };
+                if codec::write_frame(&mut send, &resp).await.is_ok() {
+                    let _ = send.finish();
+                }
+            },
+            span,
+        ));
+    }
+}
