@@ -47,6 +47,8 @@ pub struct D {
     log: PathBuf,
     child: Option<Child>,
     pub client: Client,
+    /// Run the daemon inside this network namespace (`ip netns exec`).
+    netns: Option<String>,
 }
 
 impl D {
@@ -55,6 +57,11 @@ impl D {
     }
 
     pub async fn with(config: Config) -> D {
+        Self::with_in(config, None).await
+    }
+
+    /// A daemon inside network namespace `netns` (which the caller made).
+    pub async fn with_in(config: Config, netns: Option<String>) -> D {
         let root = tempfile::Builder::new()
             .prefix("fd")
             .tempdir_in("/tmp")
@@ -74,6 +81,7 @@ impl D {
             config_path,
             _root: root,
             child: None,
+            netns,
         };
         d.boot().await;
         d
@@ -93,7 +101,15 @@ impl D {
             .append(true)
             .open(&self.log)
             .expect("log");
-        let child = Command::new(bin())
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns.as_str()]).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let child = cmd
             .args(["serve", "--state-dir"])
             .arg(&self.state)
             .arg("--config")

@@ -8,4 +8,5 @@ mod fleet;
 mod ledger;
 mod link;
 mod mcp;
+mod netns;
 mod supervision;

@@ -1,0 +1,216 @@
+//! Three hosts in Linux network namespaces made by the test (a bridge in its own namespace, a
+//! veth pair per host): they link up, a partitioned host is seen down by the other two while
+//! they stay linked, and it relinks when healed. Without root (no namespaces) the same test runs
+//! on 127.0.0.x and makes the partition by stopping the host's process (SIGSTOP), saying so.
+
+use std::process::Command;
+
+use fleetd_actors::config::{Config, PeerConfig};
+use fleetd_actors::events::{Event, EventKind};
+
+use crate::common::*;
+
+/// The namespaces of one test run; removed on drop, whatever happened.
+struct Net {
+    prefix: String,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Net {
+    /// Build `sw` (a bridge) and one namespace per host with 10.78.N.x addresses; None if this
+    /// machine cannot (not root, no `ip`).
+    fn make(hosts: &[&str]) -> Option<Net> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || std::env::var_os("FLEETD_TEST_NO_NETNS").is_some() {
+            return None;
+        }
+        let prefix = format!("fdt{}", std::process::id() % 100_000);
+        let net = Net {
+            prefix: prefix.clone(),
+        };
+        let sw = format!("{prefix}-sw");
+        if !ip(&["netns", "add", &sw]) {
+            return None;
+        }
+        let ok = ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])
+            && ip(&["-n", &sw, "link", "set", "dev", "br0", "up"]);
+        if !ok {
+            return None;
+        }
+        for (i, h) in hosts.iter().enumerate() {
+            let ns = format!("{prefix}-{h}");
+            let addr = format!("10.78.0.{}/24", i + 1);
+            let ok = ip(&["netns", "add", &ns])
+                && ip(&[
+                    "link", "add", "eth0", "netns", &ns, "type", "veth", "peer", "name", h,
+                    "netns", &sw,
+                ])
+                && ip(&["-n", &sw, "link", "set", "dev", h, "master", "br0", "up"])
+                && ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])
+                && ip(&["-n", &ns, "link", "set", "dev", "eth0", "up"])
+                && ip(&["-n", &ns, "link", "set", "dev", "lo", "up"]);
+            if !ok {
+                return None;
+            }
+        }
+        Some(net)
+    }
+
+    fn ns(&self, h: &str) -> String {
+        format!("{}-{h}", self.prefix)
+    }
+
+    /// Cut (or heal) host `h`'s wire to the bridge.
+    fn set(&self, h: &str, up: bool) {
+        assert!(ip(&[
+            "-n",
+            &format!("{}-sw", self.prefix),
+            "link",
+            "set",
+            "dev",
+            h,
+            if up { "up" } else { "down" }
+        ]));
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let out = Command::new("ip").args(["netns", "list"]).output();
+        if let Ok(o) = out {
+            for line in String::from_utf8_lossy(&o.stdout).lines() {
+                let name = line.split_whitespace().next().unwrap_or("");
+                if name.starts_with(&format!("{}-", self.prefix)) {
+                    ip(&["netns", "del", name]);
+                }
+            }
+        }
+    }
+}
+
+struct Host {
+    name: &'static str,
+    addr: String,
+    key_file: std::path::PathBuf,
+    public: String,
+    _dir: tempfile::TempDir,
+}
+
+fn host(name: &'static str, ip: &str) -> Host {
+    let dir = tempfile::tempdir().unwrap();
+    let key = fleetd_actors::keys::generate();
+    let key_file = dir.path().join("host.key");
+    fleetd_actors::keys::save(&key_file, &key).unwrap();
+    let addr = if ip.starts_with("127.") {
+        let s = std::net::UdpSocket::bind(format!("{ip}:0")).unwrap();
+        s.local_addr().unwrap().to_string()
+    } else {
+        format!("{ip}:7801")
+    };
+    Host {
+        name,
+        addr,
+        key_file,
+        public: fleetd_actors::keys::public_text(&key.verifying_key()),
+        _dir: dir,
+    }
+}
+
+fn config(me: &Host, all: &[&Host]) -> Config {
+    let mut c = test_config();
+    c.daemon.host = me.name.into();
+    c.daemon.key_file = Some(me.key_file.display().to_string());
+    c.link.listen = Some(me.addr.clone());
+    c.link.keep_alive_secs = 1;
+    c.link.idle_timeout_secs = 3;
+    c.link.backoff_min_ms = 100;
+    c.link.backoff_max_ms = 1_000;
+    for p in all.iter().filter(|p| p.name != me.name) {
+        c.peers.insert(
+            p.name.into(),
+            PeerConfig {
+                addr: p.addr.clone(),
+                public_key: p.public.clone(),
+            },
+        );
+    }
+    c
+}
+
+fn link(e: &Event, peer: &str, up: bool) -> bool {
+    matches!(&e.kind, EventKind::Link { peer: p, up: u, .. } if p == peer && *u == up)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed() {
+    let names = ["a", "b", "c"];
+    let net = Net::make(&names);
+    let hosts: Vec<Host> = match &net {
+        Some(_) => names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| host(n, &format!("10.78.0.{}", i + 1)))
+            .collect(),
+        None => {
+            eprintln!(
+                "network namespaces are not available here (not root): running on 127.0.0.x, partitioning by SIGSTOP"
+            );
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| host(n, &format!("127.0.0.{}", i + 11)))
+                .collect()
+        }
+    };
+    let all: Vec<&Host> = hosts.iter().collect();
+    let mut ds = vec![];
+    for h in &hosts {
+        let ns = net.as_ref().map(|n| n.ns(h.name));
+        ds.push(D::with_in(config(h, &all), ns).await);
+    }
+    let mut ea = ds[0].events().await;
+    let mut ec = ds[2].events().await;
+    for p in ["b", "c"] {
+        ea.until(&format!("a sees {p} up"), |e| link(e, p, true))
+            .await;
+    }
+    for p in ["a", "b"] {
+        ec.until(&format!("c sees {p} up"), |e| link(e, p, true))
+            .await;
+    }
+    let (ma, mc) = (ea.seen.last().unwrap().seq, ec.seen.last().unwrap().seq);
+    // Cut b off.
+    match &net {
+        Some(n) => n.set("b", false),
+        None => ds[1].signal(libc::SIGSTOP),
+    }
+    let da = ea.after(ma, "a sees b down", |e| link(e, "b", false)).await;
+    let dc = ec.after(mc, "c sees b down", |e| link(e, "b", false)).await;
+    // a and c are still linked to each other.
+    assert!(!ea.seen.iter().any(|e| e.seq > ma && link(e, "c", false)));
+    let v: serde_json::Value = ds[0].client.get("/peers").await.unwrap();
+    let c_link = v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["peer"] == "c")
+        .unwrap();
+    assert_eq!(c_link["phase"], "up", "{v}");
+    // Heal: b comes back on both.
+    match &net {
+        Some(n) => n.set("b", true),
+        None => ds[1].signal(libc::SIGCONT),
+    }
+    ea.after(da.seq, "a sees b up again", |e| link(e, "b", true))
+        .await;
+    ec.after(dc.seq, "c sees b up again", |e| link(e, "b", true))
+        .await;
+    drop(ds);
+    drop(net);
+}
