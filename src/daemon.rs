@@ -282,9 +282,16 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
         return Ok("no config file (running on the built-in default); nothing to reload".into());
     };
     match load_config(Some(path)) {
-        Ok(c) => {
+        Ok(mut c) => {
+            // The endpoint and the links are built at start; keep the running ones and say so.
+            let running = fleet.ctx.config();
+            let mut detail = format!("reloaded {}", path.display());
+            if c.link != running.link || c.peers != running.peers {
+                c.link = running.link.clone();
+                c.peers = running.peers.clone();
+                detail.push_str("; the [link] and [peers] changes were not applied: they take effect at the next start");
+            }
             fleet.reload(c).await;
-            let detail = format!("reloaded {}", path.display());
             tracing::info!(%detail, "config reloaded");
             fleet.ctx.events.emit(EventKind::ConfigReloaded {
                 ok: true,

@@ -24,7 +24,13 @@ pub enum LinkMsg {
     Tick,
     Dialled(Result<Link, String>),
     Incoming(Link),
-    Lost { id: u64, why: String },
+    /// A connection ended; `duplicate` when the peer closed it as the losing half of a
+    /// simultaneous dial.
+    Lost {
+        id: u64,
+        why: String,
+        duplicate: bool,
+    },
 }
 
 /// The links of this host: the endpoint and each peer's actor.
@@ -191,9 +197,12 @@ impl LinkState {
         let (me, conn) = (me.clone(), conn.clone());
         tokio::spawn(async move {
             let why = conn.closed().await;
+            let duplicate = matches!(&why, quinn::ConnectionError::ApplicationClosed(c)
+                if c.error_code == quinn::VarInt::from_u32(close::DUPLICATE));
             let _ = me.cast(LinkMsg::Lost {
                 id: conn.stable_id() as u64,
                 why: why.to_string(),
+                duplicate,
             });
         });
     }
@@ -238,11 +247,9 @@ impl LinkState {
     }
 
     fn rearm(&mut self, me: &ActorRef<LinkMsg>, now: u64) {
-        let v = self.core.view();
-        let at = match v.phase {
+        let at = match self.core.view().phase {
             Phase::Up => Some(now + self.keep_alive),
-            Phase::Down => v.retry_at,
-            Phase::Dialing => None,
+            _ => self.core.wake_at(),
         };
         self.timer.arm(me, at, now, || LinkMsg::Tick);
     }
@@ -337,9 +344,13 @@ impl Actor for PeerLink {
                 }
                 e
             }
-            LinkMsg::Lost { id, why } => {
+            LinkMsg::Lost { id, why, duplicate } => {
                 st.conns.remove(&id);
-                st.core.lost(now, id, why)
+                if duplicate {
+                    st.core.lost_as_duplicate(now, id)
+                } else {
+                    st.core.lost(now, id, why)
+                }
             }
         };
         st.perform(&myself, effects);

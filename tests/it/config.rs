@@ -107,3 +107,32 @@ async fn sighup_reloads_the_config_and_new_spawns_get_the_new_charter() {
         "sum of 1 numbers = 1"
     );
 }
+
+#[test]
+fn the_three_host_example_configs_check_once_their_keys_are_filled_in() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples");
+    let mut seen = 0;
+    let placeholder = regex::Regex::new(r"REPLACE-with-[a-z0-9-]+-public-key=").unwrap();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let key =
+            fleetd_actors::keys::public_text(&fleetd_actors::keys::generate().verifying_key());
+        let filled = placeholder.replace_all(&text, key.as_str()).into_owned();
+        assert_ne!(filled, text, "{} has no key placeholders", p.display());
+        let c = fleetd_actors::config::Config::parse(&filled).unwrap();
+        let problems = c.check(
+            &fleetd::mcp::tool_names()
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        assert!(problems.is_empty(), "{}: {problems:?}", p.display());
+        assert_eq!(c.peers.len(), 2, "{}", p.display());
+        seen += 1;
+    }
+    assert_eq!(seen, 3);
+}

@@ -64,7 +64,14 @@ pub struct LinkCore {
     backoff: Backoff,
     current: Option<(u64, bool)>,
     rng: u64,
+    /// A dial of ours is under way (its result will come back).
+    dial_in_flight: bool,
+    /// Waiting for the connection the peer kept after closing ours as a duplicate, until then.
+    expect_until: Option<Millis>,
 }
+
+/// How long to wait for the connection a peer kept, after it closed ours as a duplicate.
+pub const EXPECT_KEPT_MS: Millis = 10_000;
 
 impl LinkCore {
     /// A link to `peer`, down until the first `Tick` dials it.
@@ -96,6 +103,8 @@ impl LinkCore {
             backoff,
             current: None,
             rng: seed | 1,
+            dial_in_flight: false,
+            expect_until: None,
         }
     }
 
@@ -144,7 +153,17 @@ impl LinkCore {
         vec![Effect::Arm(at)]
     }
 
+    /// When the core next needs a `Tick` (besides the shell's own keep-alive sampling).
+    pub fn wake_at(&self) -> Option<Millis> {
+        match self.view.phase {
+            Phase::Down => self.view.retry_at,
+            Phase::Dialing => self.expect_until,
+            Phase::Up => None,
+        }
+    }
+
     fn up(&mut self, now: Millis, id: u64, dialled: bool) -> Vec<Effect> {
+        self.expect_until = None;
         let close = self.current.map(|(c, _)| c);
         if self.view.phase != Phase::Up {
             self.view.since = now;
@@ -177,7 +196,16 @@ impl LinkCore {
                 self.view.phase = Phase::Dialing;
                 self.view.since = now;
                 self.view.retry_at = None;
+                self.dial_in_flight = true;
                 vec![Effect::Dial]
+            }
+            Phase::Dialing if self.expect_until.is_some_and(|t| now >= t) => {
+                self.expect_until = None;
+                self.down(
+                    now,
+                    "the peer closed ours as a duplicate, and the connection it kept never arrived"
+                        .into(),
+                )
             }
             Phase::Down => self.view.retry_at.map(Effect::Arm).into_iter().collect(),
             _ => vec![],
@@ -185,11 +213,15 @@ impl LinkCore {
     }
 
     pub fn dial_ok(&mut self, now: Millis, id: u64) -> Vec<Effect> {
+        self.dial_in_flight = false;
         self.connected(now, id, true)
     }
 
     pub fn dial_failed(&mut self, now: Millis, why: String) -> Vec<Effect> {
+        self.dial_in_flight = false;
         match self.view.phase {
+            // Our dial failed while we wait for the connection the peer kept: keep waiting.
+            Phase::Dialing if self.expect_until.is_some() => vec![],
             Phase::Dialing => self.down(now, why),
             // Up meanwhile through an incoming connection: nothing lost.
             _ => vec![],
@@ -206,6 +238,29 @@ impl LinkCore {
             self.down(now, why)
         } else {
             vec![]
+        }
+    }
+
+    /// The peer closed connection `id` as the losing duplicate of a simultaneous dial. It kept
+    /// the other one, which reaches this host as its own dial's result or as an incoming
+    /// connection: wait for it (dialing; bounded) instead of going down, so the link does not
+    /// flap.
+    pub fn lost_as_duplicate(&mut self, now: Millis, id: u64) -> Vec<Effect> {
+        if self.current() != Some(id) {
+            return vec![];
+        }
+        self.current = None;
+        self.view.phase = Phase::Dialing;
+        self.view.dialled = None;
+        self.view.reason = Some("the peer closed ours as a simultaneous-dial duplicate".into());
+        if self.dial_in_flight {
+            // Ours is the one it kept: its result is on the way.
+            vec![]
+        } else {
+            // It kept one it dialled: wait (bounded) for it to arrive.
+            let at = now + EXPECT_KEPT_MS;
+            self.expect_until = Some(at);
+            vec![Effect::Arm(at)]
         }
     }
 
@@ -307,6 +362,69 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_close_while_our_dial_is_in_flight_does_not_take_the_link_down() {
+        // Lower key: the connection this host dials wins.
+        let mut c = core(1, 2);
+        assert_eq!(c.tick(0), vec![Effect::Dial]);
+        // The peer's dial arrives first and is used...
+        assert_eq!(
+            c.incoming(1, 20),
+            vec![Effect::UseNew {
+                id: 20,
+                close: None
+            }]
+        );
+        // ...then the peer, having seen ours, closes its own as the duplicate.
+        assert!(c.lost_as_duplicate(2, 20).is_empty());
+        assert_eq!(c.view().phase, Phase::Dialing);
+        assert_eq!(c.view().attempts, 0);
+        // Our dial lands: up, never down in between.
+        assert_eq!(
+            c.dial_ok(3, 10),
+            vec![Effect::UseNew {
+                id: 10,
+                close: None
+            }]
+        );
+        assert_eq!(c.view().phase, Phase::Up);
+        // Had it failed, the link goes down with a backoff like any failed dial.
+        let mut c = core(1, 2);
+        c.tick(0);
+        c.incoming(1, 20);
+        c.lost_as_duplicate(2, 20);
+        assert!(matches!(
+            c.dial_failed(3, "refused".into())[0],
+            Effect::Arm(_)
+        ));
+        assert_eq!(c.view().phase, Phase::Down);
+        // Higher key, our dial already done: the peer kept its own, which arrives as incoming;
+        // if it never does, the wait is bounded.
+        let mut c = core(2, 1);
+        c.tick(0);
+        c.dial_ok(1, 10);
+        assert_eq!(
+            c.lost_as_duplicate(2, 10),
+            vec![Effect::Arm(2 + EXPECT_KEPT_MS)]
+        );
+        assert_eq!(c.wake_at(), Some(2 + EXPECT_KEPT_MS));
+        assert_eq!(
+            c.incoming(3, 20),
+            vec![Effect::UseNew {
+                id: 20,
+                close: None
+            }]
+        );
+        assert_eq!(c.view().phase, Phase::Up);
+        let mut c = core(2, 1);
+        c.tick(0);
+        c.dial_ok(1, 10);
+        c.lost_as_duplicate(2, 10);
+        assert!(c.tick(2 + EXPECT_KEPT_MS - 1).is_empty());
+        assert!(matches!(c.tick(2 + EXPECT_KEPT_MS)[0], Effect::Arm(_)));
+        assert_eq!(c.view().phase, Phase::Down);
+    }
+
+    #[test]
     fn only_the_current_connection_takes_the_link_down() {
         let mut c = core(1, 2);
         c.tick(0);
@@ -398,6 +516,7 @@ mod tests {
                     1 => c.dial_ok(now, id),
                     2 => c.dial_failed(now, "x".into()),
                     3 => c.incoming(now, id),
+                    4 if id % 2 == 0 => c.lost_as_duplicate(now, id),
                     _ => c.lost(now, id, "y".into()),
                 };
                 for e in &effects {
