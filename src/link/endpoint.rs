@@ -83,6 +83,8 @@ pub struct Endpoint {
     host: String,
     peers: Vec<Peer>,
     transport: Arc<quinn::TransportConfig>,
+    /// The protocol version this endpoint says hello with (PROTOCOL; tests speak others).
+    version: u32,
 }
 
 fn transport(keep_alive: Duration, idle: Duration) -> Arc<quinn::TransportConfig> {
@@ -133,6 +135,7 @@ impl Endpoint {
             host,
             peers,
             transport,
+            version: PROTOCOL,
         })
     }
 
@@ -166,7 +169,7 @@ impl Endpoint {
             codec::write_frame(
                 &mut send,
                 &Hello {
-                    version: PROTOCOL,
+                    version: self.version,
                     host: self.host.clone(),
                 },
             )
@@ -199,10 +202,13 @@ impl Endpoint {
                     why: format!("it speaks link protocol {version}, this host {PROTOCOL}"),
                 })
             }
-            Ok(Some(HelloReply::Refused { why })) => Err(LinkError::Refused {
-                peer: peer.name.clone(),
-                why,
-            }),
+            Ok(Some(HelloReply::Refused { why })) => {
+                tracing::warn!(peer = %peer.name, %why, "the peer refused the link");
+                Err(LinkError::Refused {
+                    peer: peer.name.clone(),
+                    why,
+                })
+            }
             Ok(None) => Err(LinkError::Hello {
                 peer: peer.name.clone(),
                 why: "the stream ended before a reply".into(),
@@ -604,5 +610,36 @@ mod tests {
                 payload: b"still there".to_vec()
             }
         );
+    }
+
+    #[tokio::test]
+    async fn an_incompatible_version_is_refused_with_a_clear_error_on_both_sides() {
+        let (a, b) = (host("a", 1), host("b", 2));
+        let (eb, baddr) = serve(&b, vec![peer_of(&a, "127.0.0.1:9".parse().unwrap())]);
+        let server = tokio::spawn({
+            let eb = eb.clone();
+            async move { eb.accept().await.unwrap() }
+        });
+        let mut ea = ep(&a, "a", vec![peer_of(&b, baddr)]);
+        ea.version = PROTOCOL + 1;
+        match ea.dial(&ea.peers()[0].clone()).await {
+            Err(LinkError::Refused { why, .. }) => {
+                assert!(
+                    why.contains(&format!(
+                        "link protocol {} is not spoken here",
+                        PROTOCOL + 1
+                    )),
+                    "{why}"
+                );
+                assert!(why.contains(&format!("speaks {PROTOCOL}")), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match server.await.unwrap() {
+            Err(LinkError::RefusedIncoming { why, .. }) => {
+                assert!(why.contains("not spoken here"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
