@@ -594,6 +594,20 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Two frames on one stream: one request per stream, so refused.
+        let (mut send, mut recv) = link.conn.open_bi().await.unwrap();
+        for _ in 0..2 {
+            codec::write_frame(&mut send, &Request::Ping { payload: vec![1] })
+                .await
+                .unwrap();
+        }
+        let _ = send.finish();
+        match codec::read_frame::<_, Response>(&mut recv, wire::MAX_FRAME).await {
+            Ok(Some(Response::Refused { why, .. })) => {
+                assert!(why.contains("more than one frame"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
         // The link still serves.
         let r = wire::request(
             "b",

@@ -65,12 +65,15 @@ pub async fn request(
             .await
             .map_err(|e| fail(e.to_string()))?;
         let _ = send.finish();
-        codec::read_frame::<_, Response>(&mut recv, MAX_FRAME)
+        let resp = codec::read_frame::<_, Response>(&mut recv, MAX_FRAME)
             .await
             .map_err(|e| fail(e.to_string()))?
             .ok_or_else(|| RequestError::NoAnswer {
                 peer: peer.to_string(),
-            })
+            })?;
+        // One frame per stream: consume the end (no STOP_SENDING for a stream read to its FIN).
+        let _ = recv.read_to_end(0).await;
+        Ok(resp)
     };
     tokio::time::timeout(REQUEST_TIMEOUT, go)
         .await
@@ -115,13 +118,26 @@ pub async fn serve<H: Handler>(peer: String, conn: quinn::Connection, handler: A
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let _permit = permit;
-                let read = tokio::time::timeout(
-                    REQUEST_TIMEOUT,
-                    codec::read_frame::<_, Request>(&mut recv, MAX_FRAME),
-                )
-                .await;
+                // The frame, then the end of the stream (one frame per stream; reading to the
+                // FIN also spares the peer a STOP_SENDING), all within the deadline.
+                let read = tokio::time::timeout(REQUEST_TIMEOUT, async {
+                    let r = codec::read_frame::<_, Request>(&mut recv, MAX_FRAME).await;
+                    let ended = match &r {
+                        Ok(Some(_)) => recv.read_to_end(0).await.is_ok(),
+                        _ => true,
+                    };
+                    (r, ended)
+                })
+                .await
+                .map(|(r, ended)| r.map(|o| o.map(|req| (req, ended))));
                 let resp = match read {
-                    Ok(Ok(Some(req))) => handler.handle(&peer, req).await,
+                    // One frame per stream: the request must end there.
+                    Ok(Ok(Some((req, true)))) => handler.handle(&peer, req).await,
+                    Ok(Ok(Some((_, false)))) => Response::Refused {
+                        refused: "a link request".into(),
+                        why: "more than one frame on a request stream".into(),
+                        accepted: "exactly one Request frame, then the end of the stream".into(),
+                    },
                     Ok(Ok(None)) => return,
                     Ok(Err(e)) => {
                         tracing::warn!(%peer, error = %e, "a frame from a peer was refused");
