@@ -33,10 +33,10 @@ pub enum LinkMsg {
     },
 }
 
-/// The links of this host: the endpoint and each peer's actor.
+/// The links of this host: the endpoint, and the acceptor that routes incoming links to the
+/// peers' actors (which live under the root supervisor).
 pub struct Links {
     pub endpoint: Arc<Endpoint>,
-    actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>>,
     acceptor: tokio::task::JoinHandle<()>,
 }
 
@@ -118,18 +118,13 @@ impl Links {
                 }
             }
         });
-        Ok(Links {
-            endpoint,
-            actors,
-            acceptor,
-        })
+        Ok(Links { endpoint, acceptor })
     }
 
     /// Close every link and stop accepting.
     pub async fn shutdown(&self) {
         self.acceptor.abort();
         self.endpoint.shutdown().await;
-        let _ = &self.actors;
     }
 }
 
