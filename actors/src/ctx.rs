@@ -284,7 +284,13 @@ pub struct Ctx {
     pub supervisor: std::sync::OnceLock<ActorRef<crate::supervisor::actor::SupervisorMsg>>,
     /// Each peer link as its actor last published it.
     pub links: RwLock<std::collections::BTreeMap<String, crate::link::state::LinkView>>,
+    /// Debug builds: fault hooks registered by actors this crate does not know (the binary's
+    /// peer links), by fault target (`link:PEER`).
+    pub fault_hooks: RwLock<HashMap<String, FaultHook>>,
 }
+
+/// Makes an actor panic (debug builds; supervision tests).
+pub type FaultHook = Arc<dyn Fn() + Send + Sync>;
 
 impl Ctx {
     #[allow(clippy::too_many_arguments)]
@@ -319,6 +325,7 @@ impl Ctx {
             drift: Default::default(),
             supervisor: std::sync::OnceLock::new(),
             links: RwLock::new(Default::default()),
+            fault_hooks: RwLock::new(HashMap::new()),
         }
     }
 

@@ -1761,6 +1761,17 @@ impl Fleet {
                 .cast(DecisionMsg::Panic);
             return Ok(());
         }
+        let hook = self
+            .ctx
+            .fault_hooks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(target)
+            .cloned();
+        if let Some(h) = hook {
+            h();
+            return Ok(());
+        }
         if let Some(peer) = target.strip_prefix("drift:") {
             let a = self.ctx.drift.puller(peer).ok_or_else(|| {
                 FleetError::not_found(target, "no such drift puller", "drift:PEER")
@@ -1791,7 +1802,7 @@ impl Fleet {
                         return Err(FleetError::invalid(
                             t,
                             "unknown fault target",
-                            "registry, tickets, slot:NAME, injector:NAME, decision:d-N or drift:PEER",
+                            "registry, tickets, slot:NAME, injector:NAME, decision:d-N, drift:PEER or link:PEER",
                         ));
                     }
                 }

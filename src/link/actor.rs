@@ -22,6 +22,8 @@ use super::endpoint::{Endpoint, Link, Peer, close};
 
 pub enum LinkMsg {
     Tick,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
     Dialled(Result<Link, String>),
     Incoming(Link),
     /// A connection ended; `duplicate` when the peer closed it as the losing half of a
@@ -52,12 +54,14 @@ impl Links {
             .clone();
         for peer in endpoint.peers().to_vec() {
             let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
+            let conns = Conns::default();
             let spec = ChildSpec {
                 id: format!("link:{}", peer.name),
                 kind: "link",
                 on_down: None,
                 start: Arc::new(move |supcell| {
                     let args = LinkArgs {
+                        conns: conns.clone(),
                         ctx: c.clone(),
                         endpoint: e.clone(),
                         peer: p.clone(),
@@ -128,7 +132,35 @@ impl Links {
     }
 }
 
+/// One peer's open connections, kept outside the actor so that a restarted actor can close what
+/// its crashed predecessor left open (an orphan would otherwise stay alive on keep-alives and win
+/// every duplicate tie against the new actor's dials).
+#[derive(Clone, Default)]
+pub struct Conns(Arc<std::sync::Mutex<HashMap<u64, quinn::Connection>>>);
+
+impl Conns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, quinn::Connection>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn get(&self, id: &u64) -> Option<quinn::Connection> {
+        self.lock().get(id).cloned()
+    }
+    fn insert(&self, id: u64, c: quinn::Connection) {
+        self.lock().insert(id, c);
+    }
+    fn remove(&self, id: &u64) -> Option<quinn::Connection> {
+        self.lock().remove(id)
+    }
+    /// Close and forget every connection.
+    fn close_all(&self, code: u32, why: &[u8]) {
+        for (_, c) in self.lock().drain() {
+            c.close(code.into(), why);
+        }
+    }
+}
+
 pub struct LinkArgs {
+    conns: Conns,
     ctx: SharedCtx,
     endpoint: Arc<Endpoint>,
     peer: Peer,
@@ -142,7 +174,7 @@ pub struct LinkState {
     endpoint: Arc<Endpoint>,
     peer: Peer,
     core: LinkCore,
-    conns: HashMap<u64, quinn::Connection>,
+    conns: Conns,
     timer: Timer,
     keep_alive: u64,
     /// What was last announced: up, down, or nothing yet.
@@ -159,6 +191,13 @@ impl LinkState {
             Phase::Down if v.attempts > 0 && self.announced != Some(false) => Some(false),
             _ => None,
         };
+        // The view goes out before the event, so whoever reacts to the event reads a view that
+        // already shows it.
+        self.ctx
+            .links
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(v.peer.clone(), v.clone());
         if let Some(up) = announce {
             self.announced = Some(up);
             let detail = if up {
@@ -176,16 +215,11 @@ impl LinkState {
                 tracing::warn!(peer = %v.peer, %detail, "peer link down");
             }
             self.ctx.events.emit(EventKind::Link {
-                peer: v.peer.clone(),
+                peer: v.peer,
                 up,
                 detail,
             });
         }
-        self.ctx
-            .links
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(v.peer.clone(), v);
     }
 
     fn watch(&self, me: &ActorRef<LinkMsg>, conn: &quinn::Connection) {
@@ -219,10 +253,10 @@ impl LinkState {
                 Effect::Arm(_) => {}
                 Effect::UseNew { id, close: old } => {
                     if let Some(c) = self.conns.get(&id) {
-                        self.watch(me, c);
+                        self.watch(me, &c);
                         tokio::spawn(super::wire::serve(
                             self.peer.name.clone(),
-                            c.clone(),
+                            c,
                             Arc::new(super::wire::Basic),
                         ));
                     }
@@ -260,10 +294,25 @@ impl Actor for PeerLink {
         myself: ActorRef<LinkMsg>,
         a: LinkArgs,
     ) -> Result<LinkState, ActorProcessingErr> {
+        // A predecessor that crashed (no post_stop) may have left connections open.
+        a.conns.close_all(close::REFUSED, b"link actor restarted");
         a.registry
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(a.peer.name.clone(), myself.clone());
+        if cfg!(debug_assertions) {
+            let me = myself.clone();
+            a.ctx
+                .fault_hooks
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(
+                    format!("link:{}", a.peer.name),
+                    Arc::new(move || {
+                        let _ = me.cast(LinkMsg::Panic);
+                    }),
+                );
+        }
         let c = a.ctx.config();
         let core = LinkCore::new(
             &a.peer.name,
@@ -283,7 +332,7 @@ impl Actor for PeerLink {
             endpoint: a.endpoint,
             peer: a.peer,
             core,
-            conns: HashMap::new(),
+            conns: a.conns,
             timer: Timer::new(),
             announced: None,
         })
@@ -294,9 +343,7 @@ impl Actor for PeerLink {
         _myself: ActorRef<LinkMsg>,
         st: &mut LinkState,
     ) -> Result<(), ActorProcessingErr> {
-        for c in st.conns.values() {
-            c.close(close::SHUTDOWN.into(), b"shutdown");
-        }
+        st.conns.close_all(close::SHUTDOWN, b"shutdown");
         Ok(())
     }
 
@@ -308,6 +355,12 @@ impl Actor for PeerLink {
     ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         let effects = match msg {
+            LinkMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the link to {}", st.peer.name);
+                }
+                vec![]
+            }
             LinkMsg::Tick => {
                 st.timer.fired();
                 if let Some(id) = st.core.current()

@@ -108,11 +108,40 @@ async fn two_hosts_link_up_notice_a_killed_peer_and_relink() {
     assert_ne!(v["phase"], "up", "{v}");
     assert!(v["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
     db.boot().await;
-    ea.after(down.seq, "alpha sees beta up again", |e| {
+    let up = ea
+        .after(down.seq, "alpha sees beta up again", |e| {
+            link_event(e, "beta", true)
+        })
+        .await;
+    assert_eq!(link_view(&da, "beta").await["phase"], "up");
+    // A panic in alpha's link actor restarts that actor alone; the new one links up again and
+    // announces it afresh.
+    da.fault("link:beta").await;
+    let restarted = ea
+        .after(
+            up.seq,
+            "link:beta restarted",
+            |e| matches!(&e.kind, EventKind::Restarted { child, .. } if child == "link:beta"),
+        )
+        .await;
+    ea.after(restarted.seq, "the restarted link comes up", |e| {
         link_event(e, "beta", true)
     })
     .await;
     assert_eq!(link_view(&da, "beta").await["phase"], "up");
+    let st: Value = da.client.get("/status").await.unwrap();
+    let child = st["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "link:beta")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (child["running"].as_bool(), child["restarts_total"].as_u64()),
+        (Some(true), Some(1)),
+        "{child}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
