@@ -495,6 +495,15 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             }
         }
         K::LinkRefused { detail } => format!("link refused: {detail}"),
+        K::MailHanded {
+            peer,
+            envelope,
+            their_ticket,
+            ticket,
+        } => format!(
+            "mail #{envelope} from lead@{peer} (their {their_ticket}) handed to the lead as {}",
+            ticket.map(|t| t.to_string()).unwrap_or_default()
+        ),
         K::DriftLine {
             identity,
             kind,

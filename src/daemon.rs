@@ -131,6 +131,35 @@ async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::acto
     Ok(Some(links))
 }
 
+/// Start the post office (lead-to-lead mail) under the root supervisor.
+async fn start_post_office(
+    fleet: &Fleet,
+    transport: fleetd_actors::mail::actor::Transport,
+) -> anyhow::Result<()> {
+    use fleetd_actors::mail::actor::{MailActor, MailArgs};
+    let f = fleet.clone();
+    fleet
+        .start_child(ChildSpec {
+            id: "mail".into(),
+            kind: "mail",
+            on_down: None,
+            start: Arc::new(move |sup| {
+                let args = MailArgs {
+                    fleet: f.clone(),
+                    transport: transport.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, MailActor, args, sup)
+                        .await
+                        .map_err(|e| FleetError::internal("post office start", e.to_string()))?;
+                    Ok(r.get_cell())
+                })
+            }),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// What the API actor needs to (re)bind its listeners.
 #[derive(Clone)]
 struct ApiArgs {
@@ -396,6 +425,9 @@ impl Daemon {
             }
         });
         let links = start_links(&ctx).await?;
+        if let Some(l) = &links {
+            start_post_office(&fleet, l.transport()).await?;
+        }
         tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
         Ok(Daemon {
             fleet,

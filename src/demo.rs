@@ -75,6 +75,7 @@ impl Narrator {
                     ReceiptState::Stalled => "STALLED at",
                     ReceiptState::Failed => "FAILED for",
                     ReceiptState::Queued => "queued for",
+                    ReceiptState::Transmitted => "transmitted for",
                 };
                 let t = ticket.map(|t| format!(" ({t})")).unwrap_or_default();
                 self.say(&format!("{msg}{t} from {from} {what} {target}"));

@@ -549,6 +549,7 @@ async fn peers(
         "public_key": fleetd_actors::keys::public_text(&ctx.host_key.verifying_key()),
         "listen": config.link.listen,
         "links": ctx.link_views(),
+        "mail": *ctx.mail_view.read().unwrap_or_else(|p| p.into_inner()),
     })))
 }
 

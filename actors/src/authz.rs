@@ -16,6 +16,8 @@ pub enum Action<'a> {
     Stop,
     Drain,
     Send,
+    /// Send to another host's lead (`lead@HOST`): the primary alone.
+    SendRemote,
     /// Reply to a ticket whose target (the session that owns it) is `owner`.
     Reply {
         owner: &'a MemberName,
@@ -38,6 +40,7 @@ impl Action<'_> {
             Action::Stop => "STOP",
             Action::Drain => "DRAIN",
             Action::Send => "SEND",
+            Action::SendRemote => "SEND_REMOTE",
             Action::Reply { .. } => "REPLY",
             Action::Ask { .. } => "ASK",
             Action::Read => "READ",
@@ -74,6 +77,10 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                     "the operator has no lead to ask".into(),
                     "fleet_ask from a worker or architect",
                 ),
+                Action::SendRemote => refuse(
+                    "lead-to-lead mail is sent by the primary alone, not by the operator".into(),
+                    "fleet_send to lead@HOST from inside the primary's terminal",
+                ),
                 _ => Ok(()),
             };
         }
@@ -104,6 +111,19 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                         caller.describe()
                     ),
                     "fleet_reply to the ticket you were handed, or fleet_ask to ask your lead",
+                )
+            }
+        }
+        Action::SendRemote => {
+            if member.role == Role::Primary {
+                Ok(())
+            } else {
+                refuse(
+                    format!(
+                        "{} may not send to another host; only the primary sends lead-to-lead mail",
+                        caller.describe()
+                    ),
+                    "fleet_send to a member of this host, or fleet_ask to ask your lead",
                 )
             }
         }
@@ -186,6 +206,11 @@ mod tests {
             (&arch, Action::Send, true),
             (&work, Action::Send, false),
             (&op, Action::Send, true),
+            (&lead, Action::SendRemote, true),
+            (&arch, Action::SendRemote, false),
+            (&work, Action::SendRemote, false),
+            (&op, Action::SendRemote, false),
+            (&nm, Action::SendRemote, false),
             (&nm, Action::Send, false),
             (&work, Action::Reply { owner: &w1 }, true),
             (&lead, Action::Reply { owner: &w1 }, false),

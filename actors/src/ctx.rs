@@ -114,6 +114,7 @@ pub struct Directory {
     injectors: RwLock<HashMap<MemberName, Mailbox<InjectorMsg>>>,
     ledger: RwLock<Option<Mailbox<LedgerMsg>>>,
     decisions: RwLock<HashMap<DecisionId, Mailbox<DecisionMsg>>>,
+    mail: RwLock<Option<Mailbox<crate::mail::actor::MailMsg>>>,
     /// Fired on every change, so callers can wait out an actor's restart.
     changed: tokio::sync::Notify,
 }
@@ -134,6 +135,7 @@ impl Default for Directory {
             injectors: RwLock::new(HashMap::new()),
             ledger: RwLock::new(None),
             decisions: RwLock::new(HashMap::new()),
+            mail: RwLock::new(None),
             changed: tokio::sync::Notify::new(),
         }
     }
@@ -187,6 +189,14 @@ impl Directory {
     }
     pub fn set_ledger(&self, m: Option<Mailbox<LedgerMsg>>) {
         *write(&self.ledger) = m;
+        self.changed.notify_waiters();
+    }
+    /// The post office (lead-to-lead mail), when links are configured and it is running.
+    pub fn mail(&self) -> Option<Mailbox<crate::mail::actor::MailMsg>> {
+        read(&self.mail).clone()
+    }
+    pub fn set_mail(&self, m: Option<Mailbox<crate::mail::actor::MailMsg>>) {
+        *write(&self.mail) = m;
         self.changed.notify_waiters();
     }
     pub fn decision(&self, id: DecisionId) -> Option<Mailbox<DecisionMsg>> {
@@ -287,6 +297,8 @@ pub struct Ctx {
     /// Debug builds: fault hooks registered by actors this crate does not know (the binary's
     /// peer links), by fault target (`link:PEER`).
     pub fault_hooks: RwLock<HashMap<String, FaultHook>>,
+    /// The post office as it last published itself.
+    pub mail_view: RwLock<crate::mail::actor::MailView>,
 }
 
 /// Makes an actor panic (debug builds; supervision tests).
@@ -326,6 +338,7 @@ impl Ctx {
             supervisor: std::sync::OnceLock::new(),
             links: RwLock::new(Default::default()),
             fault_hooks: RwLock::new(HashMap::new()),
+            mail_view: RwLock::new(Default::default()),
         }
     }
 

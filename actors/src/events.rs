@@ -85,6 +85,14 @@ pub enum EventKind {
         ok: bool,
         detail: String,
     },
+    /// Lead-to-lead mail from `peer` (envelope number `envelope`, the sender's ticket `their_ticket`) was
+    /// handed to this host's lead, as `ticket`.
+    MailHanded {
+        peer: String,
+        envelope: u64,
+        their_ticket: TicketId,
+        ticket: Option<TicketId>,
+    },
     /// The drift protocol raised an alert (a G3 cascade conflict or a G4 disagreement).
     DriftAlert {
         peer: String,

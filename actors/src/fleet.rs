@@ -24,13 +24,14 @@ use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView
 use crate::injector::state::{Message, ReceiptState};
 use crate::ledger::actor::{LedgerArgs, LedgerMsg, LedgerStatus, LedgerWriter};
 use crate::ledger::state::Entry;
+use crate::mail::actor::MailMsg;
 use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
 use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
 use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
 use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
 use crate::term::{LaunchSpec, TermHandle};
 use crate::tickets::actor::{DeskActor, DeskMsg, WaitOutcome};
-use crate::tickets::state::{Ticket, TicketKind, TicketState};
+use crate::tickets::state::{Origin, RemoteReceipt, Ticket, TicketKind, TicketState};
 use crate::types::{Caller, DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
 
 const CALL: Duration = Duration::from_secs(10);
@@ -564,6 +565,18 @@ impl Fleet {
     }
 
     async fn view(&self, t: Ticket) -> TicketView {
+        if let Some(r) = &t.remote {
+            let receipt = Some(Receipt {
+                msg: t.msg.unwrap_or(MsgId(0)),
+                target: t.to.clone(),
+                state: r.state,
+                queued_at: r.queued_at,
+                delivered_at: r.delivered_at,
+                settled_at: r.settled_at,
+                note: r.note.clone(),
+            });
+            return TicketView { ticket: t, receipt };
+        }
         let receipt = self.receipt(t.msg).await;
         TicketView { ticket: t, receipt }
     }
@@ -834,6 +847,7 @@ impl Fleet {
         from: Party,
         to: &MemberName,
         body: String,
+        origin: Option<Origin>,
     ) -> Result<Ticket, FleetError> {
         let c = self.ctx.config();
         let msg_id = self.ctx.alloc_msg_id();
@@ -850,6 +864,8 @@ impl Fleet {
                     body: body2,
                     ttl_ms,
                     defer: true,
+                    remote: None,
+                    origin,
                     reply,
                 },
                 CALL,
@@ -909,6 +925,11 @@ impl Fleet {
         wait: bool,
         wait_secs: Option<u64>,
     ) -> Result<SendResult, FleetError> {
+        if let Some((member, host)) = to.split_once('@') {
+            return self
+                .send_remote(caller, member, host, message, wait, wait_secs)
+                .await;
+        }
         authorize(caller, &Action::Send, "fleet_send")?;
         let from = caller
             .party()
@@ -924,7 +945,19 @@ impl Fleet {
             ));
         }
         self.live_member(&to, &what).await?;
-        let ticket = self.ticketed(TicketKind::Send, from, &to, message).await?;
+        let ticket = self
+            .ticketed(TicketKind::Send, from, &to, message, None)
+            .await?;
+        self.sent(ticket, wait, wait_secs).await
+    }
+
+    /// Answer a send: the ticket at once, or after a bounded wait for its answer.
+    async fn sent(
+        &self,
+        ticket: Ticket,
+        wait: bool,
+        wait_secs: Option<u64>,
+    ) -> Result<SendResult, FleetError> {
         if !wait {
             return Ok(SendResult {
                 ticket: self.view(ticket).await,
@@ -938,6 +971,159 @@ impl Fleet {
             ticket: self.view(t).await,
             resolved: Some(resolved),
         })
+    }
+
+    /// `fleet_send` to `lead@HOST`: durable in this host's outbox before it returns, then
+    /// carried by the post office until the other host holds it.
+    async fn send_remote(
+        &self,
+        caller: &Caller,
+        member: &str,
+        host: &str,
+        message: String,
+        wait: bool,
+        wait_secs: Option<u64>,
+    ) -> Result<SendResult, FleetError> {
+        let what = format!(
+            "fleet_send to `{}@{}`",
+            crate::types::truncate(member, 40),
+            crate::types::truncate(host, 40)
+        );
+        authorize(caller, &Action::SendRemote, &what)?;
+        let c = self.ctx.config();
+        let accepted = || {
+            let peers: Vec<String> = c.peers.keys().map(|p| format!("lead@{p}")).collect();
+            if peers.is_empty() {
+                "lead@HOST for a host in [peers] (none is configured)".to_string()
+            } else {
+                peers.join(", ")
+            }
+        };
+        if member != "lead" {
+            return Err(FleetError::invalid(
+                what,
+                "lead-to-lead mail goes to the other host's lead, addressed as `lead`",
+                accepted(),
+            ));
+        }
+        if host == c.daemon.host {
+            return Err(FleetError::invalid(
+                what,
+                "that is this host; send to a member by name",
+                accepted(),
+            ));
+        }
+        if !c.peers.contains_key(host) {
+            return Err(FleetError::not_found(
+                what,
+                format!("`{host}` is not a configured peer"),
+                accepted(),
+            ));
+        }
+        self.check_size(&what, &message)?;
+        let mail = self.ctx.dir.mail().ok_or_else(|| {
+            FleetError::unavailable(
+                what.clone(),
+                "the post office is not running (no [link] listen address, or it is restarting)",
+            )
+        })?;
+        let from = caller
+            .party()
+            .ok_or_else(|| FleetError::internal("fleet_send", "no party"))?;
+        let now = self.ctx.now();
+        let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
+        let desk = self.desk().await?;
+        let body = message.clone();
+        let remote = RemoteReceipt {
+            host: host.to_string(),
+            state: ReceiptState::Queued,
+            queued_at: now,
+            transmitted_at: None,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+        };
+        let msg = self.ctx.alloc_msg_id();
+        let lead = MemberName::new("lead")?;
+        let ticket = desk
+            .call(
+                |reply| DeskMsg::Open {
+                    kind: TicketKind::Send,
+                    from,
+                    to: lead,
+                    msg: Some(msg),
+                    body,
+                    ttl_ms,
+                    defer: true,
+                    remote: Some(remote),
+                    origin: None,
+                    reply,
+                },
+                CALL,
+            )
+            .await??;
+        let (h, t2) = (host.to_string(), ticket.clone());
+        let queued = mail
+            .call(
+                |reply| MailMsg::Send {
+                    host: h,
+                    ticket: Box::new(t2),
+                    body: message,
+                    reply,
+                },
+                CALL,
+            )
+            .await
+            .and_then(|r| r);
+        if let Err(e) = queued {
+            desk.cast(DeskMsg::Undeliverable {
+                ticket: ticket.id,
+                why: e.to_string(),
+            });
+            return Err(e);
+        }
+        desk.cast(DeskMsg::Known {
+            ticket: Box::new(ticket.clone()),
+        });
+        self.sent(ticket, wait, wait_secs).await
+    }
+
+    /// Hand a message received from another host's lead to this host's primary (through its
+    /// injector, as any message). Once only: a message that already has its ticket here is not
+    /// handed on again. Refused while there is no live primary: it then stays held.
+    pub async fn deliver_remote(
+        &self,
+        origin: Origin,
+        from: MemberName,
+        body: String,
+    ) -> Result<TicketId, FleetError> {
+        let desk = self.desk().await?;
+        let o2 = origin.clone();
+        if let Some(t) = desk
+            .call(|reply| DeskMsg::ByOrigin { origin: o2, reply }, CALL)
+            .await?
+        {
+            return Ok(t.id);
+        }
+        let primary = self
+            .registry_members()
+            .await?
+            .into_iter()
+            .find(|m| m.role == Role::Primary && m.is_live())
+            .ok_or_else(|| {
+                FleetError::unavailable(
+                    format!("mail from lead@{}", origin.host),
+                    "there is no live primary to take it; it stays in the coordinator's mailbox",
+                )
+            })?;
+        let from = Party::Remote {
+            member: from,
+            host: origin.host.clone(),
+        };
+        let t = self
+            .ticketed(TicketKind::Send, from, &primary.name, body, Some(origin))
+            .await?;
+        Ok(t.id)
     }
 
     async fn wait_ticket(&self, id: TicketId, secs: u64) -> Result<(Ticket, bool), FleetError> {
@@ -1011,6 +1197,7 @@ impl Fleet {
                 from,
                 &lead.name,
                 format!("question: {question}"),
+                None,
             )
             .await?;
         let secs = self.ctx.config().tickets.ask_wait_seconds;
@@ -1214,18 +1401,26 @@ impl Fleet {
             .as_ref()
             .map(|q| q.queued.iter().collect())
             .unwrap_or_default();
+        // Mail from other hosts' leads that is not in the queue yet (no live primary to take it).
+        let remote = self
+            .ctx
+            .mail_view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .held
+            .clone();
+        let n = held.len() + remote.len();
         CoordinatorRow {
             coord_id: format!("{host}/{}", std::process::id()),
             mailbox: MailboxRow {
-                state: match (primary.is_some(), held.is_empty()) {
+                state: match (primary.is_some(), n == 0) {
                     (false, _) => "no-primary",
                     (true, true) => "empty",
                     (true, false) => "holding",
                 },
-                held: held.len(),
+                held: n,
                 preview: held
                     .iter()
-                    .take(3)
                     .map(|m| {
                         format!(
                             "{} from {}: {}",
@@ -1234,6 +1429,8 @@ impl Fleet {
                             crate::tickets::state::subject_of(&m.body)
                         )
                     })
+                    .chain(remote.iter().map(|r| format!("held from {r}")))
+                    .take(3)
                     .collect(),
             },
             // Reachability of every peer host (up/down since, last RTT).
@@ -1782,6 +1979,18 @@ impl Fleet {
         match target {
             "registry" => self.registry().await?.cast(RegistryMsg::Panic),
             "tickets" => self.desk().await?.cast(DeskMsg::Panic),
+            "mail" => self
+                .ctx
+                .dir
+                .mail()
+                .ok_or_else(|| {
+                    FleetError::not_found(
+                        target,
+                        "no post office is running",
+                        "mail with [link] configured",
+                    )
+                })?
+                .cast(MailMsg::Panic),
             t => {
                 let (kind, name) = t.split_once(':').unwrap_or(("slot", t));
                 let name = member_name(name)?;
@@ -1802,7 +2011,7 @@ impl Fleet {
                         return Err(FleetError::invalid(
                             t,
                             "unknown fault target",
-                            "registry, tickets, slot:NAME, injector:NAME, decision:d-N, drift:PEER or link:PEER",
+                            "registry, tickets, mail, slot:NAME, injector:NAME, decision:d-N, drift:PEER or link:PEER",
                         ));
                     }
                 }

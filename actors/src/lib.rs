@@ -16,6 +16,7 @@ pub mod injector;
 pub mod keys;
 pub mod ledger;
 pub mod link;
+pub mod mail;
 pub mod registry;
 pub mod slot;
 pub mod store;

@@ -17,6 +17,7 @@ use crate::decision::state::Refused;
 use crate::drift::service::CachedAnchor;
 use crate::error::FleetError;
 use crate::injector::state::Message;
+use crate::mail::state::Envelope;
 use crate::registry::state::MemberRecord;
 use crate::tickets::state::Ticket;
 use crate::types::{DecisionId, MemberName, MsgId, TicketId};
@@ -27,6 +28,12 @@ const TICKETS: TableDefinition<u64, &[u8]> = TableDefinition::new("tickets");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const REFUSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_refusals");
 const DRIFT_CACHE: TableDefinition<&str, &[u8]> = TableDefinition::new("drift_cache");
+/// Lead-to-lead mail waiting for its peer to hold it durably, by (peer, seq).
+const MAIL_OUT: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("mail_out");
+/// Lead-to-lead traffic received and not yet handed on, by (peer, seq).
+const MAIL_IN: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("mail_in");
+/// `epoch`; `next:PEER` (the next outgoing seq); `mark:PEER` and `mark_epoch:PEER`.
+const MAIL_META: TableDefinition<&str, u64> = TableDefinition::new("mail_meta");
 
 const NEXT_TICKET: &str = "next_ticket";
 
@@ -89,6 +96,15 @@ pub struct Batch {
     pub tickets: Vec<Ticket>,
     pub delete_tickets: Vec<TicketId>,
     pub next_ticket: Option<u64>,
+    /// Outgoing lead-to-lead envelopes, by peer.
+    pub mail_out: Vec<(String, Envelope)>,
+    /// Outgoing envelopes a peer now holds: delete this peer's up to this seq.
+    pub mail_out_done: Vec<(String, u64)>,
+    /// Received envelopes to keep until they are handed on.
+    pub mail_in: Vec<(String, Envelope)>,
+    /// Received envelopes handed on.
+    pub mail_in_done: Vec<(String, u64)>,
+    pub mail_meta: Vec<(String, u64)>,
 }
 
 impl Batch {
@@ -98,6 +114,11 @@ impl Batch {
             && self.tickets.is_empty()
             && self.delete_tickets.is_empty()
             && self.next_ticket.is_none()
+            && self.mail_out.is_empty()
+            && self.mail_out_done.is_empty()
+            && self.mail_in.is_empty()
+            && self.mail_in_done.is_empty()
+            && self.mail_meta.is_empty()
     }
 }
 
@@ -122,6 +143,9 @@ impl Store {
             tx.open_table(META)?;
             tx.open_table(REFUSALS)?;
             tx.open_table(DRIFT_CACHE)?;
+            tx.open_table(MAIL_OUT)?;
+            tx.open_table(MAIL_IN)?;
+            tx.open_table(MAIL_META)?;
         }
         tx.commit()?;
         Ok(Store { db: Arc::new(db) })
@@ -168,6 +192,30 @@ impl Store {
             if let Some(n) = b.next_ticket {
                 let mut meta = tx.open_table(META)?;
                 meta.insert(NEXT_TICKET, n)?;
+            }
+            if !(b.mail_out.is_empty() && b.mail_out_done.is_empty()) {
+                let mut t = tx.open_table(MAIL_OUT)?;
+                for (peer, e) in &b.mail_out {
+                    t.insert((peer.as_str(), e.seq), enc(e).as_slice())?;
+                }
+                for (peer, upto) in &b.mail_out_done {
+                    t.retain_in((peer.as_str(), 0)..=(peer.as_str(), *upto), |_, _| false)?;
+                }
+            }
+            if !(b.mail_in.is_empty() && b.mail_in_done.is_empty()) {
+                let mut t = tx.open_table(MAIL_IN)?;
+                for (peer, e) in &b.mail_in {
+                    t.insert((peer.as_str(), e.seq), enc(e).as_slice())?;
+                }
+                for (peer, seq) in &b.mail_in_done {
+                    t.remove((peer.as_str(), *seq))?;
+                }
+            }
+            if !b.mail_meta.is_empty() {
+                let mut t = tx.open_table(MAIL_META)?;
+                for (k, v) in &b.mail_meta {
+                    t.insert(k.as_str(), *v)?;
+                }
             }
         }
         tx.commit()?;
@@ -310,6 +358,63 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Every stored outgoing envelope by peer, with the peer's next seq; the receiving marks
+    /// (epoch, mark) by peer; this host's epoch (0 if none was chosen yet).
+    #[allow(clippy::type_complexity)]
+    pub fn load_mail_out(
+        &self,
+    ) -> Result<
+        (
+            std::collections::BTreeMap<String, (u64, Vec<Envelope>)>,
+            std::collections::BTreeMap<String, (u64, u64)>,
+            u64,
+        ),
+        StoreError,
+    > {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(MAIL_META)?;
+        let mut out: std::collections::BTreeMap<String, (u64, Vec<Envelope>)> = Default::default();
+        let mut marks: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        let mut epoch = 0;
+        for row in meta.iter()? {
+            let (k, v) = row?;
+            let (k, v) = (k.value().to_string(), v.value());
+            if k == "epoch" {
+                epoch = v;
+            } else if let Some(p) = k.strip_prefix("next:") {
+                out.entry(p.to_string()).or_default().0 = v;
+            } else if let Some(p) = k.strip_prefix("mark:") {
+                marks.entry(p.to_string()).or_default().1 = v;
+            } else if let Some(p) = k.strip_prefix("mark_epoch:") {
+                marks.entry(p.to_string()).or_default().0 = v;
+            }
+        }
+        let t = tx.open_table(MAIL_OUT)?;
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (peer, seq) = k.value();
+            let e: Envelope = dec(&format!("outgoing mail {peer}#{seq}"), v.value())?;
+            out.entry(peer.to_string()).or_default().1.push(e);
+        }
+        Ok((out, marks, epoch))
+    }
+
+    /// Every received envelope not yet handed on, by peer in seq order.
+    pub fn load_mail_in(&self) -> Result<Vec<(String, Envelope)>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MAIL_IN)?;
+        let mut out = vec![];
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let (peer, seq) = k.value();
+            out.push((
+                peer.to_string(),
+                dec(&format!("received mail {peer}#{seq}"), v.value())?,
+            ));
+        }
+        Ok(out)
     }
 
     pub fn load_tickets(&self) -> Result<(Vec<Ticket>, u64), StoreError> {

@@ -230,15 +230,40 @@ prefixed_id!(DecisionId, "d", "decision");
 pub enum Party {
     Operator,
     Member(MemberName),
+    /// A member of another host's fleet (its lead), shown as `member@host`.
+    Remote {
+        member: MemberName,
+        host: String,
+    },
 }
 
 impl Party {
+    /// A local member, if this is one.
     pub fn member(&self) -> Option<&MemberName> {
         match self {
-            Party::Operator => None,
+            Party::Operator | Party::Remote { .. } => None,
             Party::Member(m) => Some(m),
         }
     }
+
+    /// The host of a remote party.
+    pub fn host(&self) -> Option<&str> {
+        match self {
+            Party::Remote { host, .. } => Some(host),
+            _ => None,
+        }
+    }
+}
+
+/// A peer host's name: the same alphabet as a member name.
+pub fn host_name(s: &str) -> Result<String, FleetError> {
+    MemberName::new(s).map(|m| m.0).map_err(|_| {
+        FleetError::invalid(
+            format!("host name `{}`", truncate(s, 40)),
+            "it is not a valid host name",
+            "1-32 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
+        )
+    })
 }
 
 impl fmt::Display for Party {
@@ -246,6 +271,7 @@ impl fmt::Display for Party {
         match self {
             Party::Operator => f.write_str("operator"),
             Party::Member(m) => f.write_str(m.as_str()),
+            Party::Remote { member, host } => write!(f, "{member}@{host}"),
         }
     }
 }
@@ -261,6 +287,11 @@ impl<'de> Deserialize<'de> for Party {
         let s = String::deserialize(d)?;
         if s == "operator" {
             Ok(Party::Operator)
+        } else if let Some((m, h)) = s.split_once('@') {
+            Ok(Party::Remote {
+                member: MemberName::new(m).map_err(serde::de::Error::custom)?,
+                host: host_name(h).map_err(serde::de::Error::custom)?,
+            })
         } else {
             MemberName::new(&s)
                 .map(Party::Member)
@@ -350,5 +381,10 @@ mod tests {
             serde_json::from_str::<Party>("\"operator\"").unwrap(),
             Party::Operator
         );
+        let r: Party = serde_json::from_str("\"lead@beta\"").unwrap();
+        assert_eq!(r.to_string(), "lead@beta");
+        assert_eq!(r.host(), Some("beta"));
+        assert!(serde_json::from_str::<Party>("\"lead@\"").is_err());
+        assert!(serde_json::from_str::<Party>("\"a@b@c\"").is_err());
     }
 }

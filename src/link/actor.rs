@@ -18,7 +18,11 @@ use fleetd_actors::link::state::{Backoff, Effect, LinkCore, Phase};
 use fleetd_actors::supervisor::actor::{ChildSpec, SupervisorMsg};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use fleetd_actors::mail::actor::MailMsg;
+use fleetd_actors::mail::state::{Item, MAX_BATCH};
+
 use super::endpoint::{Endpoint, Link, Peer, close};
+use super::wire::{Request, Response};
 
 pub enum LinkMsg {
     Tick,
@@ -40,6 +44,66 @@ pub enum LinkMsg {
 pub struct Links {
     pub endpoint: Arc<Endpoint>,
     acceptor: tokio::task::JoinHandle<()>,
+    current: Current,
+}
+
+/// Serves a peer's requests: pings, and lead-to-lead traffic for the post office.
+pub struct Serve {
+    ctx: SharedCtx,
+}
+
+impl super::wire::Handler for Serve {
+    async fn handle(&self, peer: &str, req: Request) -> Response {
+        match req {
+            Request::Ping { payload } => Response::Pong { payload },
+            Request::Deliver { epoch, envelopes } => {
+                let refuse = |why: String, accepted: String| Response::Refused {
+                    refused: format!("lead-to-lead mail from {peer}"),
+                    why,
+                    accepted,
+                };
+                let max = self.ctx.config().injector.max_message_bytes;
+                if envelopes.len() > MAX_BATCH {
+                    return refuse(
+                        format!("{} envelopes in one request", envelopes.len()),
+                        format!("at most {MAX_BATCH} envelopes per request"),
+                    );
+                }
+                if let Some(e) = envelopes.iter().find(|e| match &e.item {
+                    Item::Mail { body, .. } => body.len() > max,
+                    Item::Update { .. } => false,
+                }) {
+                    return refuse(
+                        format!("envelope {} holds a message over {max} bytes", e.seq),
+                        format!("messages of at most injector.max_message_bytes = {max}"),
+                    );
+                }
+                let Some(mail) = self.ctx.dir.mail() else {
+                    return refuse(
+                        "the post office is not running (starting or restarting)".into(),
+                        "the same request again shortly".into(),
+                    );
+                };
+                let peer = peer.to_string();
+                match mail
+                    .call(
+                        |reply| MailMsg::Receive {
+                            peer,
+                            epoch,
+                            envelopes,
+                            reply,
+                        },
+                        Duration::from_secs(5),
+                    )
+                    .await
+                    .and_then(|r| r)
+                {
+                    Ok(upto) => Response::Delivered { upto },
+                    Err(e) => refuse(e.to_string(), "the same request again shortly".into()),
+                }
+            }
+        }
+    }
 }
 
 impl Links {
@@ -47,6 +111,7 @@ impl Links {
     pub async fn start(ctx: SharedCtx, endpoint: Endpoint) -> Result<Links, FleetError> {
         let endpoint = Arc::new(endpoint);
         let actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>> = Default::default();
+        let current: Current = Default::default();
         let sup = ctx
             .supervisor
             .get()
@@ -55,6 +120,7 @@ impl Links {
         for peer in endpoint.peers().to_vec() {
             let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
             let conns = Conns::default();
+            let cur = current.clone();
             let spec = ChildSpec {
                 id: format!("link:{}", peer.name),
                 kind: "link",
@@ -62,6 +128,7 @@ impl Links {
                 start: Arc::new(move |supcell| {
                     let args = LinkArgs {
                         conns: conns.clone(),
+                        current: cur.clone(),
                         ctx: c.clone(),
                         endpoint: e.clone(),
                         peer: p.clone(),
@@ -122,7 +189,35 @@ impl Links {
                 }
             }
         });
-        Ok(Links { endpoint, acceptor })
+        Ok(Links {
+            endpoint,
+            acceptor,
+            current,
+        })
+    }
+
+    /// What the post office sends through: one `Deliver` request on the peer's current link.
+    pub fn transport(&self) -> fleetd_actors::mail::actor::Transport {
+        let current = self.current.clone();
+        Arc::new(move |peer, epoch, envelopes| {
+            let conn = current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&peer)
+                .cloned();
+            Box::pin(async move {
+                let conn = conn.ok_or_else(|| format!("the link to {peer} is down"))?;
+                let req = Request::Deliver { epoch, envelopes };
+                match super::wire::request(&peer, &conn, &req).await {
+                    Ok(Response::Delivered { upto }) => Ok(upto),
+                    Ok(Response::Refused { refused, why, .. }) => {
+                        Err(format!("{peer} refused {refused}: {why}"))
+                    }
+                    Ok(other) => Err(format!("{peer} answered {other:?} to Deliver")),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+        })
     }
 
     /// Close every link and stop accepting.
@@ -159,8 +254,12 @@ impl Conns {
     }
 }
 
+/// The connection in use per peer (links that are up), for requests.
+pub type Current = Arc<RwLock<HashMap<String, quinn::Connection>>>;
+
 pub struct LinkArgs {
     conns: Conns,
+    current: Current,
     ctx: SharedCtx,
     endpoint: Arc<Endpoint>,
     peer: Peer,
@@ -175,6 +274,7 @@ pub struct LinkState {
     peer: Peer,
     core: LinkCore,
     conns: Conns,
+    current: Current,
     timer: Timer,
     keep_alive: u64,
     /// What was last announced: up, down, or nothing yet.
@@ -191,8 +291,19 @@ impl LinkState {
             Phase::Down if v.attempts > 0 && self.announced != Some(false) => Some(false),
             _ => None,
         };
-        // The view goes out before the event, so whoever reacts to the event reads a view that
-        // already shows it.
+        // The connection requests go on, then the view, then the event: whoever reacts to the
+        // event finds both already in place.
+        {
+            let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+            match self.core.current().and_then(|id| self.conns.get(&id)) {
+                Some(c) if v.phase == Phase::Up => {
+                    cur.insert(v.peer.clone(), c);
+                }
+                _ => {
+                    cur.remove(&v.peer);
+                }
+            }
+        }
         self.ctx
             .links
             .write()
@@ -257,7 +368,9 @@ impl LinkState {
                         tokio::spawn(super::wire::serve(
                             self.peer.name.clone(),
                             c,
-                            Arc::new(super::wire::Basic),
+                            Arc::new(Serve {
+                                ctx: self.ctx.clone(),
+                            }),
                         ));
                     }
                     if let Some(old) = old
@@ -333,6 +446,7 @@ impl Actor for PeerLink {
             peer: a.peer,
             core,
             conns: a.conns,
+            current: a.current,
             timer: Timer::new(),
             announced: None,
         })

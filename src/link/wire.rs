@@ -24,12 +24,22 @@ pub const MAX_CONCURRENT: usize = 64;
 pub enum Request {
     /// Liveness and round-trip measurement; the payload comes back.
     Ping { payload: Vec<u8> },
+    /// Lead-to-lead traffic from the sender's outbox, in sequence order, from the sender's
+    /// state `epoch`. Answered with `Delivered` once the receiver holds it durably.
+    Deliver {
+        epoch: u64,
+        envelopes: Vec<fleetd_actors::mail::state::Envelope>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Response {
     Pong {
         payload: Vec<u8>,
+    },
+    /// The receiver holds every envelope of the sender's epoch up to `upto` durably.
+    Delivered {
+        upto: u64,
     },
     /// The request was not served: what was refused, why, and what would be accepted.
     Refused {
@@ -98,6 +108,11 @@ impl Handler for Basic {
     async fn handle(&self, _peer: &str, req: Request) -> Response {
         match req {
             Request::Ping { payload } => Response::Pong { payload },
+            Request::Deliver { .. } => Response::Refused {
+                refused: "lead-to-lead mail".into(),
+                why: "this endpoint serves pings only".into(),
+                accepted: "Ping".into(),
+            },
         }
     }
 }

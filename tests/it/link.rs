@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::common::*;
 
-struct Host {
+pub struct Host {
     name: &'static str,
     addr: String,
     key_file: std::path::PathBuf,
@@ -17,7 +17,7 @@ struct Host {
 }
 
 /// A host name, a free UDP port on 127.0.0.`ip`, and a key file.
-fn host(name: &'static str, ip: u8) -> Host {
+pub fn host(name: &'static str, ip: u8) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let key = fleetd_actors::keys::generate();
     let key_file = dir.path().join("host.key");
@@ -34,7 +34,7 @@ fn host(name: &'static str, ip: u8) -> Host {
     }
 }
 
-fn config(me: &Host, peers: &[&Host]) -> Config {
+pub fn config(me: &Host, peers: &[&Host]) -> Config {
     let mut c = test_config();
     c.daemon.host = me.name.into();
     c.daemon.key_file = Some(me.key_file.display().to_string());
@@ -55,7 +55,7 @@ fn config(me: &Host, peers: &[&Host]) -> Config {
     c
 }
 
-fn link_event(e: &fleetd_actors::events::Event, peer: &str, up: bool) -> bool {
+pub fn link_event(e: &fleetd_actors::events::Event, peer: &str, up: bool) -> bool {
     matches!(&e.kind, EventKind::Link { peer: p, up: u, .. } if p == peer && *u == up)
 }
 

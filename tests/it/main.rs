@@ -7,6 +7,7 @@ mod durability;
 mod fleet;
 mod ledger;
 mod link;
+mod mail;
 mod mcp;
 mod netns;
 mod supervision;

@@ -20,6 +20,9 @@ use crate::types::{MemberName, Millis, MsgId, Party, Status, TicketId};
 pub enum ReceiptState {
     /// Durable in the target's queue, waiting for the target to be injectable.
     Queued,
+    /// Lead-to-lead mail: durable on the receiving host (its queue or its coordinator's
+    /// mailbox). Never a state of a local message.
+    Transmitted,
     /// Pasted into the target's terminal, followed by Enter.
     Delivered,
     /// The target left idle after the Enter: it took the message.

@@ -10,7 +10,9 @@ use crate::ctx::{Mailbox, SharedCtx, Timer};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::store::Batch;
-use crate::tickets::state::{Desk, Effect, Ticket, TicketKind};
+use crate::tickets::state::{
+    Desk, Effect, Origin, RemoteReceipt, RemoteUpdate, Ticket, TicketKind,
+};
 use crate::types::{Caller, MemberName, Millis, MsgId, Party, TicketId};
 
 pub enum DeskMsg {
@@ -24,7 +26,21 @@ pub enum DeskMsg {
         body: String,
         ttl_ms: Millis,
         defer: bool,
+        /// Lead-to-lead mail: where it goes (sent) or where it came from (received).
+        remote: Option<RemoteReceipt>,
+        origin: Option<Origin>,
         reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    /// The receiving host reported on a ticket this host sent it.
+    Remote {
+        ticket: TicketId,
+        update: RemoteUpdate,
+        reply: RpcReplyPort<Result<(), FleetError>>,
+    },
+    /// The ticket opened for a message received from `origin`, if any.
+    ByOrigin {
+        origin: Origin,
+        reply: RpcReplyPort<Option<Ticket>>,
     },
     /// A ticket committed elsewhere (see `Open { defer }`); adopted if this desk restarted and
     /// lost it in between.
@@ -206,9 +222,21 @@ impl Actor for DeskActor {
                 body,
                 ttl_ms,
                 defer,
+                remote,
+                origin,
                 reply,
             } => {
-                let (t, mut fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
+                let (mut t, mut fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
+                if remote.is_some() || origin.is_some() {
+                    t = st.core.link_remote(t.id, remote, origin).unwrap_or(t);
+                    for e in fx.iter_mut() {
+                        if let Effect::Save(x) = e
+                            && x.id == t.id
+                        {
+                            *x = t.clone();
+                        }
+                    }
+                }
                 if defer {
                     fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
                 }
@@ -216,6 +244,18 @@ impl Actor for DeskActor {
                 let _ = reply.send(r);
             }
             DeskMsg::Known { ticket } => st.core.adopt(*ticket),
+            DeskMsg::Remote {
+                ticket,
+                update,
+                reply,
+            } => {
+                let fx = st.core.remote_update(ticket, update, now);
+                let r = st.perform(fx).await;
+                let _ = reply.send(r);
+            }
+            DeskMsg::ByOrigin { origin, reply } => {
+                let _ = reply.send(st.core.by_origin(&origin).cloned());
+            }
             DeskMsg::Reply {
                 caller,
                 ticket,

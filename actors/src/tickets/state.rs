@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::authz::{Action, authorize};
 use crate::error::{ErrorKind, FleetError};
+use crate::injector::state::ReceiptState;
 use crate::types::{Caller, MemberName, Millis, MsgId, Party, TicketId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +74,63 @@ pub struct Ticket {
     pub note: Option<String>,
     pub acked: bool,
     pub updated_at: Millis,
+    /// Lead-to-lead mail this host sent: the remote host and the receipt as it travelled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteReceipt>,
+    /// Lead-to-lead mail this host received: the sender's host and its ticket (the one answers
+    /// go back to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Origin>,
+}
+
+/// The receipt of a message sent to another host's lead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteReceipt {
+    pub host: String,
+    /// `queued` (durable in this host's outbox), `transmitted` (durable on the receiving host),
+    /// then the receiving injector's states as they come back.
+    pub state: ReceiptState,
+    pub queued_at: Millis,
+    pub transmitted_at: Option<Millis>,
+    pub delivered_at: Option<Millis>,
+    pub settled_at: Option<Millis>,
+    pub note: Option<String>,
+}
+
+/// Where a received lead-to-lead message came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub host: String,
+    pub ticket: TicketId,
+}
+
+/// What the receiving host reports on a ticket this host sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteUpdate {
+    /// This host's outbox entry is durable on the receiver.
+    Transmitted,
+    /// The receiving injector's receipt.
+    Receipt {
+        state: ReceiptState,
+        note: Option<String>,
+    },
+    /// The ticket on the receiving host resolved: replied, tail, undeliverable or expired.
+    Answer {
+        state: TicketState,
+        text: Option<String>,
+        note: Option<String>,
+    },
+}
+
+/// Order of receipt states as they may only move forward (a stale report never undoes a newer one).
+fn receipt_rank(s: ReceiptState) -> u8 {
+    match s {
+        ReceiptState::Queued => 0,
+        ReceiptState::Transmitted => 1,
+        ReceiptState::Delivered => 2,
+        ReceiptState::Stalled => 3,
+        ReceiptState::Accepted | ReceiptState::Failed => 4,
+    }
 }
 
 /// What the shell must do, in order.
@@ -181,6 +239,8 @@ impl Desk {
             note: None,
             acked: false,
             updated_at: now,
+            remote: None,
+            origin: None,
         };
         self.tickets.insert(id, t.clone());
         let mut fx = vec![Effect::Save(t.clone())];
@@ -227,6 +287,19 @@ impl Desk {
             return Err((e, vec![]));
         }
         let what = format!("fleet_reply to {id}");
+        if let Some(r) = &t.remote {
+            return Err((
+                FleetError::conflict(
+                    what,
+                    format!(
+                        "{id} is a message this host sent to the lead of `{}`; its answer comes from there",
+                        r.host
+                    ),
+                    "fleet_reply to a ticket you received (fleet_poll shows the answer to this one)",
+                ),
+                vec![],
+            ));
+        }
         match t.state {
             TicketState::Replied => {
                 return Err((
@@ -322,6 +395,88 @@ impl Desk {
             self.wake(&t, &mut fx);
         }
         fx
+    }
+
+    /// The receiving host reported on ticket `id`, which this host sent it. Idempotent: a
+    /// report that arrives twice, or after a newer one, changes nothing.
+    pub fn remote_update(&mut self, id: TicketId, u: RemoteUpdate, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        let Some(t) = self.tickets.get_mut(&id) else {
+            return fx;
+        };
+        let Some(r) = t.remote.as_mut() else {
+            return fx;
+        };
+        let mut changed = false;
+        let mut resolved = false;
+        match u {
+            RemoteUpdate::Transmitted | RemoteUpdate::Receipt { .. } => {
+                let (state, note) = match u {
+                    RemoteUpdate::Receipt { state, note } => (state, note),
+                    _ => (ReceiptState::Transmitted, None),
+                };
+                if r.transmitted_at.is_none() {
+                    r.transmitted_at = Some(now);
+                    changed = true;
+                }
+                if state == ReceiptState::Delivered && r.delivered_at.is_none() {
+                    r.delivered_at = Some(now);
+                    changed = true;
+                }
+                if receipt_rank(state) > receipt_rank(r.state) {
+                    r.state = state;
+                    r.note = note;
+                    if state.is_final() {
+                        r.settled_at = Some(now);
+                    }
+                    changed = true;
+                }
+            }
+            RemoteUpdate::Answer { state, text, note } => {
+                if t.state == TicketState::Open && state.is_resolved() {
+                    let reply = text.map(|text| Reply { text, at: now });
+                    match state {
+                        TicketState::Replied => t.reply = reply,
+                        TicketState::Tail => t.tail = reply,
+                        _ => {}
+                    }
+                    t.state = state;
+                    t.note = note;
+                    changed = true;
+                    resolved = true;
+                }
+            }
+        }
+        if changed {
+            t.updated_at = now;
+            let t = t.clone();
+            fx.push(Effect::Save(t.clone()));
+            if resolved {
+                self.wake(&t, &mut fx);
+            }
+        }
+        fx
+    }
+
+    /// Mark a just-opened ticket as lead-to-lead mail.
+    pub fn link_remote(
+        &mut self,
+        id: TicketId,
+        remote: Option<RemoteReceipt>,
+        origin: Option<Origin>,
+    ) -> Option<Ticket> {
+        let t = self.tickets.get_mut(&id)?;
+        t.remote = remote;
+        t.origin = origin;
+        Some(t.clone())
+    }
+
+    /// The ticket this host opened for a message received from `origin`, if it still has one
+    /// (so a message handed over once is never handed over again).
+    pub fn by_origin(&self, origin: &Origin) -> Option<&Ticket> {
+        self.tickets
+            .values()
+            .find(|t| t.origin.as_ref() == Some(origin))
     }
 
     /// Wait on ticket `id` until `deadline`. Answers at once if it is already resolved.

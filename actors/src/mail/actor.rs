@@ -1,0 +1,589 @@
+//! The post office shell: persists every outgoing envelope (with the ticket that carries it) and
+//! every received batch before anyone is answered, transmits through the link transport the
+//! binary provides, hands received mail to the lead's injector once there is a live primary, and
+//! applies the reports that come back to this host's tickets. Reports on tickets this host
+//! received (receipts, answers) are picked up from the event bus and queued back to their origin.
+//!
+//! Must never decide ordering or deduplication (the core does), never answer a peer before its
+//! batch is durable, and never hand a message on twice (the desk is asked first).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::error::FleetError;
+use crate::events::EventKind;
+use crate::fleet::Fleet;
+use crate::mail::state::{Backoff, Effect, Envelope, Item, Postbox};
+use crate::store::Batch;
+use crate::tickets::actor::DeskMsg;
+use crate::tickets::state::{Origin, RemoteUpdate, Ticket, TicketState};
+use crate::types::{Millis, Party, Role, TicketId};
+
+/// Sends one batch to a peer and returns the peer's high-water mark; provided by the binary
+/// (over the QUIC link).
+pub type Transport = Arc<
+    dyn Fn(String, u64, Vec<Envelope>) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+const CALL: Duration = Duration::from_secs(10);
+/// How often held mail, due retries and the links are looked at even without an event.
+const SWEEP_MS: Millis = 1_000;
+
+pub enum MailMsg {
+    /// Queue a message from the primary to `host`'s lead. `ticket` is the (deferred) ticket that
+    /// carries it; it is committed here with the envelope, in one transaction.
+    Send {
+        host: String,
+        ticket: Box<Ticket>,
+        body: String,
+        reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    /// A batch from `peer`; answered with the high-water mark once it is durable.
+    Receive {
+        peer: String,
+        epoch: u64,
+        envelopes: Vec<Envelope>,
+        reply: RpcReplyPort<Result<u64, FleetError>>,
+    },
+    /// A transmission ended.
+    Sent {
+        peer: String,
+        result: Result<u64, String>,
+    },
+    Link {
+        peer: String,
+        up: bool,
+    },
+    /// A ticket this host received changed (its receipt or its state): report it to its origin.
+    Report {
+        ticket: TicketId,
+        update: Option<RemoteUpdate>,
+    },
+    /// Look at held mail and due retries.
+    Sweep,
+    /// The events feed lagged: report every received ticket's state afresh.
+    Resync,
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+pub struct MailArgs {
+    pub fleet: Fleet,
+    pub transport: Transport,
+}
+
+pub struct MailActor;
+
+pub struct MailState {
+    ctx: SharedCtx,
+    fleet: Fleet,
+    transport: Transport,
+    core: Postbox,
+    /// Received and not yet handed on, in arrival order.
+    inbox: VecDeque<(String, Envelope)>,
+    timer: Timer,
+    feed: tokio::task::JoinHandle<()>,
+}
+
+/// What `fleet_list`'s coordinator row and `fleetd peers` show of the post office.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct MailView {
+    /// Mail received for the lead and not yet in its queue (no live primary yet), previewed.
+    pub held: Vec<String>,
+    /// Envelopes waiting for each peer to hold them.
+    pub outbox: BTreeMap<String, usize>,
+}
+
+impl MailState {
+    fn publish(&self) {
+        let held = self
+            .inbox
+            .iter()
+            .filter_map(|(peer, e)| match &e.item {
+                Item::Mail { from, body, .. } => Some(format!(
+                    "{from}@{peer} (their {}): {}",
+                    match &e.item {
+                        Item::Mail { ticket, .. } => ticket.to_string(),
+                        _ => String::new(),
+                    },
+                    crate::tickets::state::subject_of(body)
+                )),
+                Item::Update { .. } => None,
+            })
+            .collect();
+        let outbox = self
+            .core
+            .peers()
+            .map(|p| (p.clone(), self.core.depth(p)))
+            .collect();
+        *self
+            .ctx
+            .mail_view
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = MailView { held, outbox };
+    }
+
+    async fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
+        self.ctx.dir.tickets()
+    }
+
+    async fn perform(&mut self, me: &ActorRef<MailMsg>, fx: Vec<Effect>) {
+        for e in fx {
+            match e {
+                Effect::Transmit {
+                    peer,
+                    epoch,
+                    envelopes,
+                } => {
+                    let (t, me) = (self.transport.clone(), me.clone());
+                    let span = tracing::debug_span!("mail transmit", %peer, n = envelopes.len());
+                    tokio::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let result = t(peer.clone(), epoch, envelopes).await;
+                            let _ = me.cast(MailMsg::Sent { peer, result });
+                        },
+                        span,
+                    ));
+                }
+                Effect::Acked { peer, upto, done } => {
+                    // Mark the mail among them transmitted (durably, by the desk), then forget
+                    // them; a crash in between sends them again, and the peer drops them as
+                    // duplicates.
+                    if let Ok(desk) = self.desk().await {
+                        for e in &done {
+                            if let Item::Mail { ticket, .. } = &e.item {
+                                let _ = desk
+                                    .call(
+                                        |reply| DeskMsg::Remote {
+                                            ticket: *ticket,
+                                            update: RemoteUpdate::Transmitted,
+                                            reply,
+                                        },
+                                        CALL,
+                                    )
+                                    .await;
+                            }
+                        }
+                    }
+                    let b = Batch {
+                        mail_out_done: vec![(peer.clone(), upto)],
+                        ..Default::default()
+                    };
+                    if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+                        tracing::warn!(%peer, error = %e, "could not drop delivered mail from the outbox; it will be sent again and dropped there as a duplicate");
+                    }
+                }
+                // `rearm` after each message arms the earliest of these and the next sweep.
+                Effect::Arm(_) => {}
+            }
+        }
+        self.publish();
+    }
+
+    /// Queue `item` for `peer` durably (with `ticket`, if given), then pump.
+    async fn enqueue(
+        &mut self,
+        me: &ActorRef<MailMsg>,
+        peer: &str,
+        item: Item,
+        ticket: Option<Ticket>,
+    ) -> Result<(), FleetError> {
+        let env = self.core.enqueue(peer, item).ok_or_else(|| {
+            FleetError::not_found(
+                format!("host `{peer}`"),
+                "it is not a configured peer",
+                "a host named in [peers]",
+            )
+        })?;
+        let b = Batch {
+            tickets: ticket.into_iter().collect(),
+            mail_out: vec![(peer.to_string(), env.clone())],
+            mail_meta: vec![(format!("next:{peer}"), self.core.next_seq(peer))],
+            ..Default::default()
+        };
+        if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+            self.core.unqueue(peer, env.seq);
+            return Err(e);
+        }
+        let now = self.ctx.now();
+        let fx = self.core.pump(peer, now);
+        self.perform(me, fx).await;
+        Ok(())
+    }
+
+    /// Hand received traffic on, in order: reports to the desk, mail to the live primary's
+    /// injector. Mail from a peer stays held (and so does the mail after it) while there is no
+    /// primary to take it.
+    async fn hand_on(&mut self) {
+        let mut keep = VecDeque::new();
+        let mut blocked: Vec<String> = vec![];
+        let pending: Vec<(String, Envelope)> = self.inbox.drain(..).collect();
+        for (peer, env) in pending {
+            let handed = match &env.item {
+                Item::Update { ticket, update } => match self.desk().await {
+                    Ok(desk) => desk
+                        .call(
+                            |reply| DeskMsg::Remote {
+                                ticket: *ticket,
+                                update: update.clone(),
+                                reply,
+                            },
+                            CALL,
+                        )
+                        .await
+                        .and_then(|r| r)
+                        .is_ok(),
+                    Err(_) => false,
+                },
+                Item::Mail { .. } if blocked.contains(&peer) => false,
+                Item::Mail {
+                    ticket, from, body, ..
+                } => {
+                    let origin = Origin {
+                        host: peer.clone(),
+                        ticket: *ticket,
+                    };
+                    match self
+                        .fleet
+                        .deliver_remote(origin, from.clone(), body.clone())
+                        .await
+                    {
+                        Ok(t) => {
+                            self.ctx.events.emit(EventKind::MailHanded {
+                                peer: peer.clone(),
+                                envelope: env.seq,
+                                their_ticket: *ticket,
+                                ticket: Some(t),
+                            });
+                            true
+                        }
+                        Err(e) => {
+                            tracing::debug!(%peer, seq = env.seq, error = %e, "received mail held");
+                            blocked.push(peer.clone());
+                            false
+                        }
+                    }
+                }
+            };
+            if handed {
+                let b = Batch {
+                    mail_in_done: vec![(peer.clone(), env.seq)],
+                    ..Default::default()
+                };
+                if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+                    tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
+                }
+            } else {
+                keep.push_back((peer, env));
+            }
+        }
+        self.inbox = keep;
+    }
+
+    /// What to tell the origin about received ticket `t`, if it came from another host.
+    fn answer_of(t: &Ticket) -> Option<RemoteUpdate> {
+        if !t.state.is_resolved() {
+            return None;
+        }
+        let text = match t.state {
+            TicketState::Replied => t.reply.as_ref().map(|r| r.text.clone()),
+            TicketState::Tail => t.tail.as_ref().map(|r| r.text.clone()),
+            _ => None,
+        };
+        Some(RemoteUpdate::Answer {
+            state: t.state,
+            text,
+            note: t.note.clone(),
+        })
+    }
+}
+
+impl Actor for MailActor {
+    type Msg = MailMsg;
+    type State = MailState;
+    type Arguments = MailArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<MailMsg>,
+        a: MailArgs,
+    ) -> Result<MailState, ActorProcessingErr> {
+        let ctx = a.fleet.ctx.clone();
+        let (pending, marks, mut epoch) = ctx.store.run(|s| s.load_mail_out()).await?;
+        if epoch == 0 {
+            // This state dir's first outbox: a fresh epoch tells receivers to forget marks they
+            // hold for an earlier state dir of this host.
+            epoch = rand::random::<u64>() | 1;
+            let batch = Batch {
+                mail_meta: vec![("epoch".into(), epoch)],
+                ..Default::default()
+            };
+            ctx.store.run(move |s| s.commit(&batch)).await?;
+        }
+        let inbox: VecDeque<(String, Envelope)> = ctx.store.run(|s| s.load_mail_in()).await?.into();
+        let c = ctx.config();
+        let peers: Vec<String> = c.peers.keys().cloned().collect();
+        let mut core = Postbox::new(
+            epoch,
+            &peers,
+            pending,
+            marks,
+            Backoff {
+                min_ms: c.link.backoff_min_ms.max(1),
+                max_ms: c.link.backoff_max_ms.max(1),
+            },
+        );
+        // The feed: link changes, and changes to tickets received from other hosts. Subscribed
+        // before the links are read, so a change in between is not missed.
+        let (_, mut rx) = ctx.events.subscribe(u64::MAX);
+        let now = ctx.now();
+        let mut fx = vec![];
+        for v in ctx.link_views() {
+            if v.phase == crate::link::state::Phase::Up {
+                fx.extend(core.link(&v.peer, true, now));
+            }
+        }
+        let me = myself.clone();
+        let feed = tokio::spawn(async move {
+            loop {
+                let msg = match rx.recv().await {
+                    Ok(ev) => match ev.kind {
+                        EventKind::Link { peer, up, .. } => Some(MailMsg::Link { peer, up }),
+                        EventKind::Receipt {
+                            from: Party::Remote { .. },
+                            ticket: Some(ticket),
+                            state,
+                            note,
+                            ..
+                        } => Some(MailMsg::Report {
+                            ticket,
+                            update: Some(RemoteUpdate::Receipt { state, note }),
+                        }),
+                        EventKind::Ticket {
+                            from: Party::Remote { .. },
+                            ticket,
+                            state,
+                            ..
+                        } if state.is_resolved() => Some(MailMsg::Report {
+                            ticket,
+                            update: None,
+                        }),
+                        EventKind::Spawned {
+                            role: Role::Primary,
+                            ..
+                        } => Some(MailMsg::Sweep),
+                        EventKind::Status {
+                            injectable: true, ..
+                        } => Some(MailMsg::Sweep),
+                        _ => None,
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        Some(MailMsg::Resync)
+                    }
+                    Err(_) => return,
+                };
+                if let Some(m) = msg
+                    && me.cast(m).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        ctx.dir.set_mail(Some(Mailbox::new(
+            myself.clone(),
+            ctx.mailbox_cap(),
+            "the post office",
+        )));
+        let mut st = MailState {
+            ctx,
+            fleet: a.fleet,
+            transport: a.transport,
+            core,
+            inbox,
+            timer: Timer::new(),
+            feed,
+        };
+        st.perform(&myself, fx).await;
+        let _ = myself.cast(MailMsg::Resync);
+        let _ = myself.cast(MailMsg::Sweep);
+        Ok(st)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<MailMsg>,
+        st: &mut MailState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.feed.abort();
+        st.ctx.dir.set_mail(None);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<MailMsg>,
+        msg: MailMsg,
+        st: &mut MailState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            MailMsg::Send {
+                host,
+                ticket,
+                body,
+                reply,
+            } => {
+                let t = *ticket;
+                let r = match t.from.member().cloned() {
+                    Some(from) => {
+                        let item = Item::Mail {
+                            ticket: t.id,
+                            from,
+                            body,
+                            sent_at: now,
+                        };
+                        st.enqueue(&myself, &host, item, Some(t.clone()))
+                            .await
+                            .map(|_| t)
+                    }
+                    None => Err(FleetError::invalid(
+                        format!("lead-to-lead mail to `lead@{host}`"),
+                        "it was not sent by a member",
+                        "a fleet_send to lead@HOST by this host's primary",
+                    )),
+                };
+                let _ = reply.send(r);
+            }
+            MailMsg::Receive {
+                peer,
+                epoch,
+                envelopes,
+                reply,
+            } => {
+                let r = st.core.receive(&peer, epoch, envelopes);
+                if r.reset {
+                    tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
+                }
+                let b = Batch {
+                    mail_in: r
+                        .accepted
+                        .iter()
+                        .map(|e| (peer.clone(), e.clone()))
+                        .collect(),
+                    mail_meta: vec![
+                        (format!("mark:{peer}"), r.upto),
+                        (format!("mark_epoch:{peer}"), r.epoch),
+                    ],
+                    ..Default::default()
+                };
+                match st.ctx.store.run(move |s| s.commit(&b)).await {
+                    Ok(()) => {
+                        st.core.commit(&peer, &r);
+                        let n = r.accepted.len();
+                        st.inbox
+                            .extend(r.accepted.into_iter().map(|e| (peer.clone(), e)));
+                        let _ = reply.send(Ok(r.upto));
+                        if n > 0 {
+                            st.hand_on().await;
+                            st.publish();
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            MailMsg::Sent { peer, result } => {
+                let fx = match result {
+                    Ok(upto) => st.core.acked(&peer, upto, now),
+                    Err(why) => {
+                        tracing::debug!(%peer, %why, "mail transmission failed; will retry");
+                        st.core.failed(&peer, now)
+                    }
+                };
+                st.perform(&myself, fx).await;
+            }
+            MailMsg::Link { peer, up } => {
+                let fx = st.core.link(&peer, up, now);
+                st.perform(&myself, fx).await;
+            }
+            MailMsg::Report { ticket, update } => {
+                let t = match st.desk().await {
+                    Ok(d) => d
+                        .call(|reply| DeskMsg::Get { ticket, reply }, CALL)
+                        .await
+                        .ok()
+                        .flatten(),
+                    Err(_) => None,
+                };
+                if let Some(t) = t
+                    && let Some(o) = t.origin.clone()
+                    && let Some(update) = update.or_else(|| MailState::answer_of(&t))
+                {
+                    let item = Item::Update {
+                        ticket: o.ticket,
+                        update,
+                    };
+                    if let Err(e) = st.enqueue(&myself, &o.host, item, None).await {
+                        tracing::warn!(ticket = %t.id, error = %e, "could not queue a report for its origin");
+                    }
+                }
+            }
+            MailMsg::Resync => {
+                let all = match st.desk().await {
+                    Ok(d) => d
+                        .call(|reply| DeskMsg::All { reply }, CALL)
+                        .await
+                        .unwrap_or_default(),
+                    Err(_) => vec![],
+                };
+                for t in all {
+                    if let Some(o) = t.origin.clone()
+                        && let Some(update) = MailState::answer_of(&t)
+                    {
+                        let item = Item::Update {
+                            ticket: o.ticket,
+                            update,
+                        };
+                        let _ = st.enqueue(&myself, &o.host, item, None).await;
+                    }
+                }
+            }
+            MailMsg::Sweep => {
+                st.timer.fired();
+                if !st.inbox.is_empty() {
+                    st.hand_on().await;
+                }
+                // The links as published (events are the fast path; this is the safety net).
+                let mut fx = vec![];
+                for v in st.ctx.link_views() {
+                    let up = v.phase == crate::link::state::Phase::Up;
+                    if st.core.is_up(&v.peer) != up {
+                        fx.extend(st.core.link(&v.peer, up, now));
+                    }
+                }
+                fx.extend(st.core.tick(now));
+                st.perform(&myself, fx).await;
+            }
+            MailMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the post office");
+                }
+            }
+        }
+        let at = st
+            .core
+            .next_due()
+            .map_or(now + SWEEP_MS, |d| d.min(now + SWEEP_MS));
+        st.timer.arm(&myself, Some(at), now, || MailMsg::Sweep);
+        Ok(())
+    }
+}

@@ -1,0 +1,573 @@
+//! The lead-to-lead mail core: per-peer outboxes with sequence numbers, at most one batch in
+//! flight per peer, retry with backoff, and the receiving side's high-water mark that turns
+//! at-least-once transmission into exactly-once, in-order acceptance.
+//!
+//! Owns the sequencing rules: an envelope gets the next sequence number of its peer when it is
+//! queued; a batch is a prefix of the outbox; the receiver accepts only the envelope right after
+//! its high-water mark (earlier ones are duplicates, later ones wait for the gap to fill), and
+//! answers with the mark, which the sender treats as "everything up to here is durable there".
+//! A sender whose state was lost starts a new `epoch`, which resets the receiver's mark. Pure:
+//! the shell persists what this decides before acting on it. Must never do I/O.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tickets::state::RemoteUpdate;
+use crate::types::{MemberName, Millis, TicketId};
+
+/// At most this many envelopes in one batch.
+pub const MAX_BATCH: usize = 256;
+/// A batch stops growing once its bodies reach this many bytes (a link frame is at most 1 MiB).
+pub const MAX_BATCH_BYTES: usize = 512 * 1024;
+
+/// One unit of lead-to-lead traffic, numbered per (sending host, receiving host).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub seq: u64,
+    pub item: Item,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Item {
+    /// A message from the sending host's lead to the receiving host's lead; `ticket` is the
+    /// sender's ticket, which every report about it names.
+    Mail {
+        ticket: TicketId,
+        from: MemberName,
+        body: String,
+        sent_at: Millis,
+    },
+    /// A report on a ticket the receiving host sent (its receipt, or its answer).
+    Update {
+        ticket: TicketId,
+        update: RemoteUpdate,
+    },
+}
+
+impl Item {
+    fn weight(&self) -> usize {
+        match self {
+            Item::Mail { body, .. } => body.len() + 64,
+            Item::Update {
+                update: RemoteUpdate::Answer { text, note, .. },
+                ..
+            } => text.as_ref().map_or(0, |t| t.len()) + note.as_ref().map_or(0, |n| n.len()) + 64,
+            Item::Update { .. } => 64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Send these envelopes to `peer` (one request); report the answer with `acked` or `failed`.
+    Transmit {
+        peer: String,
+        epoch: u64,
+        envelopes: Vec<Envelope>,
+    },
+    /// `peer` holds every envelope up to `upto` durably: these left the outbox (the shell marks
+    /// the mail among them transmitted, then deletes them from the store).
+    Acked {
+        peer: String,
+        upto: u64,
+        done: Vec<Envelope>,
+    },
+    /// Call `tick` at this time.
+    Arm(Millis),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Outbound {
+    pending: VecDeque<Envelope>,
+    next_seq: u64,
+    /// The last sequence number of the batch in flight.
+    in_flight: Option<u64>,
+    retry_at: Option<Millis>,
+    failures: u32,
+    up: bool,
+}
+
+/// Backoff between failed transmissions.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub min_ms: Millis,
+    pub max_ms: Millis,
+}
+
+/// What to do with a received batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The envelopes that are new, in order: persist them with the new mark, then `commit`.
+    pub accepted: Vec<Envelope>,
+    pub epoch: u64,
+    /// The new high-water mark: the answer to the sender.
+    pub upto: u64,
+    /// The sender started a new epoch (it lost its state); the old mark was dropped.
+    pub reset: bool,
+}
+
+/// All outboxes of this host, and the marks of what each peer sent it.
+#[derive(Clone, Debug)]
+pub struct Postbox {
+    epoch: u64,
+    out: BTreeMap<String, Outbound>,
+    /// Per sending peer: (its epoch, the highest sequence number accepted).
+    marks: BTreeMap<String, (u64, u64)>,
+    backoff: Backoff,
+}
+
+impl Postbox {
+    /// `epoch` identifies this host's outbox state; `pending` are the stored outbox envelopes
+    /// per peer with each peer's next sequence number; `marks` the stored receiving marks.
+    pub fn new(
+        epoch: u64,
+        peers: &[String],
+        pending: BTreeMap<String, (u64, Vec<Envelope>)>,
+        marks: BTreeMap<String, (u64, u64)>,
+        backoff: Backoff,
+    ) -> Postbox {
+        let mut out: BTreeMap<String, Outbound> = peers
+            .iter()
+            .map(|p| {
+                (
+                    p.clone(),
+                    Outbound {
+                        next_seq: 1,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        for (peer, (next, mut envs)) in pending {
+            envs.sort_by_key(|e| e.seq);
+            let o = out.entry(peer).or_default();
+            o.next_seq = next.max(envs.last().map_or(0, |e| e.seq + 1)).max(1);
+            o.pending = envs.into();
+        }
+        Postbox {
+            epoch,
+            out,
+            marks,
+            backoff,
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    pub fn knows(&self, peer: &str) -> bool {
+        self.out.contains_key(peer)
+    }
+
+    /// The earliest retry that is waiting for its time.
+    pub fn next_due(&self) -> Option<Millis> {
+        self.out
+            .values()
+            .filter(|o| o.up && o.in_flight.is_none() && !o.pending.is_empty())
+            .filter_map(|o| o.retry_at)
+            .min()
+    }
+
+    /// Whether the link to `peer` is up, as last told.
+    pub fn is_up(&self, peer: &str) -> bool {
+        self.out.get(peer).is_some_and(|o| o.up)
+    }
+
+    /// Envelopes waiting for `peer` to take them.
+    pub fn depth(&self, peer: &str) -> usize {
+        self.out.get(peer).map_or(0, |o| o.pending.len())
+    }
+
+    pub fn peers(&self) -> impl Iterator<Item = &String> {
+        self.out.keys()
+    }
+
+    /// Number `item` for `peer` and queue it. The shell persists the envelope (and the next
+    /// sequence number, `next_seq`) before it answers anyone, and calls `unqueue` if it cannot.
+    pub fn enqueue(&mut self, peer: &str, item: Item) -> Option<Envelope> {
+        let o = self.out.get_mut(peer)?;
+        let env = Envelope {
+            seq: o.next_seq,
+            item,
+        };
+        o.next_seq += 1;
+        o.pending.push_back(env.clone());
+        Some(env)
+    }
+
+    /// The sequence number the next envelope for `peer` will get.
+    pub fn next_seq(&self, peer: &str) -> u64 {
+        self.out.get(peer).map_or(1, |o| o.next_seq)
+    }
+
+    /// Take back the envelope just queued (its write failed).
+    pub fn unqueue(&mut self, peer: &str, seq: u64) {
+        if let Some(o) = self.out.get_mut(peer)
+            && o.pending.back().is_some_and(|e| e.seq == seq)
+        {
+            o.pending.pop_back();
+            o.next_seq = seq;
+        }
+    }
+
+    /// The link to `peer` went up or down.
+    pub fn link(&mut self, peer: &str, up: bool, now: Millis) -> Vec<Effect> {
+        let Some(o) = self.out.get_mut(peer) else {
+            return vec![];
+        };
+        o.up = up;
+        if up {
+            o.retry_at = None;
+            o.failures = 0;
+        }
+        self.pump(peer, now)
+    }
+
+    /// Start a transmission to `peer` if one is due.
+    pub fn pump(&mut self, peer: &str, now: Millis) -> Vec<Effect> {
+        let epoch = self.epoch;
+        let Some(o) = self.out.get_mut(peer) else {
+            return vec![];
+        };
+        if !o.up || o.in_flight.is_some() || o.pending.is_empty() {
+            return vec![];
+        }
+        if let Some(at) = o.retry_at {
+            if now < at {
+                return vec![Effect::Arm(at)];
+            }
+            o.retry_at = None;
+        }
+        let mut envelopes = vec![];
+        let mut bytes = 0;
+        for e in &o.pending {
+            if envelopes.len() == MAX_BATCH
+                || (bytes > 0 && bytes + e.item.weight() > MAX_BATCH_BYTES)
+            {
+                break;
+            }
+            bytes += e.item.weight();
+            envelopes.push(e.clone());
+        }
+        o.in_flight = envelopes.last().map(|e| e.seq);
+        vec![Effect::Transmit {
+            peer: peer.to_string(),
+            epoch,
+            envelopes,
+        }]
+    }
+
+    /// `peer` answered a transmission: it holds everything up to `upto`.
+    pub fn acked(&mut self, peer: &str, upto: u64, now: Millis) -> Vec<Effect> {
+        let Some(o) = self.out.get_mut(peer) else {
+            return vec![];
+        };
+        o.in_flight = None;
+        let mut done = vec![];
+        while o.pending.front().is_some_and(|e| e.seq <= upto) {
+            done.extend(o.pending.pop_front());
+        }
+        if done.is_empty() {
+            // No progress: the peer holds none of what we sent (a gap it waits for that we no
+            // longer have, or a refusal). Back off rather than spin.
+            return self.failed(peer, now);
+        }
+        o.failures = 0;
+        let mut fx = vec![Effect::Acked {
+            peer: peer.to_string(),
+            upto,
+            done,
+        }];
+        fx.extend(self.pump(peer, now));
+        fx
+    }
+
+    /// A transmission to `peer` failed; retry after a backoff.
+    pub fn failed(&mut self, peer: &str, now: Millis) -> Vec<Effect> {
+        let b = self.backoff;
+        let Some(o) = self.out.get_mut(peer) else {
+            return vec![];
+        };
+        o.in_flight = None;
+        o.failures = o.failures.saturating_add(1);
+        let delay = b
+            .min_ms
+            .saturating_mul(1u64 << o.failures.saturating_sub(1).min(20))
+            .min(b.max_ms)
+            .max(1);
+        let at = now + delay;
+        o.retry_at = Some(at);
+        vec![Effect::Arm(at)]
+    }
+
+    /// Time passed: retry every transmission that is due.
+    pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
+        let peers: Vec<String> = self.out.keys().cloned().collect();
+        peers.iter().flat_map(|p| self.pump(p, now)).collect()
+    }
+
+    /// What to keep of a batch `peer` sent in `epoch`. Nothing changes until `commit`.
+    pub fn receive(&self, peer: &str, epoch: u64, envelopes: Vec<Envelope>) -> Received {
+        let (known_epoch, mark) = self.marks.get(peer).copied().unwrap_or((epoch, 0));
+        let reset = known_epoch != epoch;
+        let mut upto = if reset { 0 } else { mark };
+        let mut accepted = vec![];
+        for e in envelopes {
+            if e.seq <= upto {
+                continue; // a duplicate of what is already held
+            }
+            if e.seq != upto + 1 {
+                break; // a gap: wait for the sender to fill it
+            }
+            upto = e.seq;
+            accepted.push(e);
+        }
+        Received {
+            accepted,
+            epoch,
+            upto,
+            reset,
+        }
+    }
+
+    /// The shell persisted a received batch.
+    pub fn commit(&mut self, peer: &str, r: &Received) {
+        self.marks.insert(peer.to_string(), (r.epoch, r.upto));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn mail(i: u64) -> Item {
+        Item::Mail {
+            ticket: TicketId(i),
+            from: MemberName::new("lead").unwrap(),
+            body: format!("m{i}"),
+            sent_at: 0,
+        }
+    }
+
+    fn postbox() -> Postbox {
+        Postbox::new(
+            7,
+            &["beta".into()],
+            BTreeMap::new(),
+            BTreeMap::new(),
+            Backoff {
+                min_ms: 100,
+                max_ms: 1000,
+            },
+        )
+    }
+
+    fn transmit(fx: &[Effect]) -> Vec<u64> {
+        fx.iter()
+            .find_map(|e| match e {
+                Effect::Transmit { envelopes, .. } => {
+                    Some(envelopes.iter().map(|e| e.seq).collect())
+                }
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn numbers_in_order_and_sends_only_when_up_one_batch_at_a_time() {
+        let mut p = postbox();
+        for i in 1..=3 {
+            assert_eq!(p.enqueue("beta", mail(i)).unwrap().seq, i);
+        }
+        assert!(p.enqueue("gamma", mail(9)).is_none(), "not a peer");
+        assert!(p.pump("beta", 0).is_empty(), "down: nothing goes out");
+        assert_eq!(transmit(&p.link("beta", true, 0)), vec![1, 2, 3]);
+        p.enqueue("beta", mail(4));
+        assert!(p.pump("beta", 0).is_empty(), "one batch in flight");
+        let fx = p.acked("beta", 3, 1);
+        assert!(matches!(&fx[0], Effect::Acked { upto: 3, done, .. } if done.len() == 3));
+        assert_eq!(transmit(&fx), vec![4]);
+        assert_eq!(p.depth("beta"), 1);
+    }
+
+    #[test]
+    fn a_failure_backs_off_and_a_link_up_retries_at_once() {
+        let mut p = postbox();
+        p.enqueue("beta", mail(1));
+        p.link("beta", true, 0);
+        assert_eq!(p.failed("beta", 10), vec![Effect::Arm(110)]);
+        assert_eq!(p.pump("beta", 50), vec![Effect::Arm(110)]);
+        assert_eq!(transmit(&p.tick(110)), vec![1]);
+        assert_eq!(p.failed("beta", 200), vec![Effect::Arm(400)]);
+        assert_eq!(transmit(&p.link("beta", true, 201)), vec![1]);
+    }
+
+    #[test]
+    fn an_ack_without_progress_backs_off() {
+        let mut p = postbox();
+        p.enqueue("beta", mail(1));
+        p.link("beta", true, 0);
+        assert_eq!(p.acked("beta", 0, 5), vec![Effect::Arm(105)]);
+    }
+
+    #[test]
+    fn batches_are_bounded() {
+        let mut p = postbox();
+        for i in 0..(MAX_BATCH as u64 + 10) {
+            p.enqueue("beta", mail(i));
+        }
+        assert_eq!(transmit(&p.link("beta", true, 0)).len(), MAX_BATCH);
+        let mut p = postbox();
+        for i in 0..4 {
+            p.enqueue(
+                "beta",
+                Item::Mail {
+                    ticket: TicketId(i),
+                    from: MemberName::new("lead").unwrap(),
+                    body: "x".repeat(200 * 1024),
+                    sent_at: 0,
+                },
+            );
+        }
+        assert_eq!(transmit(&p.link("beta", true, 0)).len(), 2);
+    }
+
+    #[test]
+    fn reloads_pending_and_keeps_numbering() {
+        let mut pending = BTreeMap::new();
+        pending.insert(
+            "beta".to_string(),
+            (
+                6,
+                vec![
+                    Envelope {
+                        seq: 5,
+                        item: mail(5),
+                    },
+                    Envelope {
+                        seq: 4,
+                        item: mail(4),
+                    },
+                ],
+            ),
+        );
+        let mut p = Postbox::new(
+            1,
+            &["beta".into()],
+            pending,
+            BTreeMap::new(),
+            Backoff {
+                min_ms: 1,
+                max_ms: 1,
+            },
+        );
+        assert_eq!(p.enqueue("beta", mail(6)).unwrap().seq, 6);
+        assert_eq!(transmit(&p.link("beta", true, 0)), vec![4, 5, 6]);
+    }
+
+    #[test]
+    fn a_new_epoch_resets_the_mark() {
+        let mut p = postbox();
+        let env = |s| Envelope {
+            seq: s,
+            item: mail(s),
+        };
+        let r = p.receive("alpha", 1, vec![env(1), env(2)]);
+        p.commit("alpha", &r);
+        let again = p.receive("alpha", 1, vec![env(1), env(2)]);
+        assert!(again.accepted.is_empty() && again.upto == 2 && !again.reset);
+        let fresh = p.receive("alpha", 2, vec![env(1)]);
+        assert!(fresh.reset && fresh.upto == 1 && fresh.accepted.len() == 1);
+    }
+
+    proptest! {
+        /// Whatever the link does (drops, duplicates, reorders, partial acks, restarts of the
+        /// sender's actor), the receiver accepts every envelope exactly once, in order.
+        #[test]
+        fn exactly_once_in_order(
+            n in 1u64..40,
+            ops in proptest::collection::vec((0u8..6, any::<u16>()), 1..200),
+        ) {
+            let mut tx = postbox();
+            let mut rx = postbox();
+            for i in 1..=n {
+                tx.enqueue("beta", mail(i));
+            }
+            let mut accepted: Vec<u64> = vec![];
+            let mut wire: Vec<Vec<Envelope>> = vec![];
+            let mut now = 0;
+            fn step(_: &mut Postbox, fx: Vec<Effect>, wire: &mut Vec<Vec<Envelope>>) {
+                for e in fx {
+                    if let Effect::Transmit { envelopes, .. } = e {
+                        wire.push(envelopes);
+                    }
+                }
+            }
+            let fx = tx.link("beta", true, now);
+            step(&mut tx, fx, &mut wire);
+            for (op, x) in ops {
+                now += 50;
+                match op {
+                    // Deliver the oldest batch on the wire and ack it.
+                    0 | 1 if !wire.is_empty() => {
+                        let b = wire.remove(0);
+                        let r = rx.receive("alpha", 7, b);
+                        rx.commit("alpha", &r);
+                        accepted.extend(r.accepted.iter().map(|e| e.seq));
+                        let fx = tx.acked("beta", r.upto, now);
+                        step(&mut tx, fx, &mut wire);
+                    }
+                    // Deliver, but the ack is lost.
+                    2 if !wire.is_empty() => {
+                        let b = wire.remove(x as usize % wire.len());
+                        let r = rx.receive("alpha", 7, b);
+                        rx.commit("alpha", &r);
+                        accepted.extend(r.accepted.iter().map(|e| e.seq));
+                        let fx = tx.failed("beta", now);
+                        step(&mut tx, fx, &mut wire);
+                    }
+                    // The batch is lost.
+                    3 if !wire.is_empty() => {
+                        wire.remove(x as usize % wire.len());
+                        let fx = tx.failed("beta", now);
+                        step(&mut tx, fx, &mut wire);
+                    }
+                    // The link flaps.
+                    4 => {
+                        let fx = tx.link("beta", x % 2 == 0, now);
+                        step(&mut tx, fx, &mut wire);
+                    }
+                    _ => {
+                        let fx = tx.tick(now + 10_000);
+                        step(&mut tx, fx, &mut wire);
+                    }
+                }
+            }
+            // Heal: up, deliver and ack until the outbox is empty.
+            let fx = tx.link("beta", true, now + 100_000);
+            step(&mut tx, fx, &mut wire);
+            let mut rounds = 0;
+            while tx.depth("beta") > 0 && rounds < 1000 {
+                rounds += 1;
+                now += 100_000;
+                if wire.is_empty() {
+                    let fx = tx.failed("beta", now);
+                    step(&mut tx, fx, &mut wire);
+                    let fx = tx.tick(now + 100_000);
+                    step(&mut tx, fx, &mut wire);
+                    continue;
+                }
+                let b = wire.remove(0);
+                let r = rx.receive("alpha", 7, b);
+                rx.commit("alpha", &r);
+                accepted.extend(r.accepted.iter().map(|e| e.seq));
+                let fx = tx.acked("beta", r.upto, now);
+                step(&mut tx, fx, &mut wire);
+            }
+            prop_assert_eq!(accepted, (1..=n).collect::<Vec<_>>());
+        }
+    }
+}
