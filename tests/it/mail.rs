@@ -8,12 +8,12 @@ use serde_json::{Value, json};
 use crate::common::*;
 use crate::link::{config, host, link_event};
 
-fn exec() -> Vec<String> {
+pub fn exec() -> Vec<String> {
     sim(&["--script", "exec", "--work-ms", "0"])
 }
 
 /// `lead` on `d` sends these messages to `lead@to`; returns the tickets (in order).
-async fn send_all(d: &D, to: &str, bodies: &[String]) -> Vec<String> {
+pub async fn send_all(d: &D, to: &str, bodies: &[String]) -> Vec<String> {
     let mut r = vec![];
     // Ten at a time: the exec agent's reply carries every result and must fit one message.
     for chunk in bodies.chunks(10) {
@@ -37,7 +37,7 @@ async fn send_all(d: &D, to: &str, bodies: &[String]) -> Vec<String> {
 }
 
 /// The subjects of the tickets `d` holds from `lead@from`, in ticket order.
-async fn received(d: &D, from: &str) -> Vec<String> {
+pub async fn received(d: &D, from: &str) -> Vec<String> {
     let v: Value = d.client.get("/tickets").await.unwrap();
     let mut ts: Vec<(u64, String)> = v
         .as_array()

@@ -1,6 +1,7 @@
 //! Three hosts in Linux network namespaces made by the test (a bridge in its own namespace, a
 //! veth pair per host): they link up, a partitioned host is seen down by the other two while
-//! they stay linked, and it relinks when healed. Without root (no namespaces) the same test runs
+//! they stay linked, and it relinks when healed; 100 lead-to-lead messages sent to it while it
+//! is cut off arrive once each, in order, and each one's answer comes back. Without root (no namespaces) the same test runs
 //! on 127.0.0.x and makes the partition by stopping the host's process (SIGSTOP), saying so.
 
 use std::process::Command;
@@ -174,6 +175,10 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
         let ns = net.as_ref().map(|n| n.ns(h.name));
         ds.push(D::with_in(config(h, &all), ns).await);
     }
+    ds[0].spawn("lead", "primary", crate::mail::exec()).await;
+    ds[1]
+        .spawn("lead", "primary", sim(&["--work-ms", "0"]))
+        .await;
     let mut ea = ds[0].events().await;
     let mut ec = ds[2].events().await;
     for p in ["b", "c"] {
@@ -202,6 +207,11 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
         .find(|l| l["peer"] == "c")
         .unwrap();
     assert_eq!(c_link["phase"], "up", "{v}");
+    // a's lead writes to b's lead 100 times while b is cut off: all of it waits in a's outbox.
+    let bodies: Vec<String> = (1..=100).map(|i| format!("sum: {i} 1")).collect();
+    let tickets = crate::mail::send_all(&ds[0], "b", &bodies).await;
+    let v: serde_json::Value = ds[0].client.get("/peers").await.unwrap();
+    assert_eq!(v["mail"]["outbox"]["b"], 100, "{v}");
     // Heal: b comes back on both.
     match &net {
         Some(n) => n.set("b", true),
@@ -211,6 +221,30 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
         .await;
     ec.after(dc.seq, "c sees b up again", |e| link(e, "b", true))
         .await;
+    // Every message reaches b's lead once, in order, and every answer comes back to a. (b's
+    // stream replays from its start, so nothing before this subscription is missed.)
+    let mut eb = ds[1].events().await;
+    let last = tickets.last().unwrap().clone();
+    eb.until("b hands a's last message to its lead", |e| {
+        matches!(&e.kind, EventKind::MailHanded { peer, their_ticket, .. }
+            if peer == "a" && their_ticket.to_string() == last)
+    })
+    .await;
+    assert_eq!(crate::mail::received(&ds[1], "a").await, bodies);
+    ea.until("a's last ticket answered", |e| {
+        matches!(&e.kind, EventKind::Ticket { ticket, state, .. }
+            if ticket.to_string() == last && state.is_resolved())
+    })
+    .await;
+    for (i, t) in tickets.iter().enumerate() {
+        let v = ds[0].ticket(t).await;
+        assert_eq!(v["state"], "replied", "{v}");
+        assert_eq!(
+            v["reply"]["text"],
+            format!("sum of 2 numbers = {}", i + 2),
+            "{v}"
+        );
+    }
     drop(ds);
     drop(net);
 }
