@@ -30,8 +30,9 @@ use crate::daemon::Daemon;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends),
-    /// `drift` (a puller pass over many peers with signed anchors) or `link` (a request over a
-    /// peer link against a raw quinn echo).
+    /// `drift` (a puller pass over many peers with signed anchors), `link` (a request over a
+    /// peer link against a raw quinn echo) or `mail` (lead-to-lead mail between two daemons
+    /// against a raw quinn echo and redb commits).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -56,6 +57,7 @@ pub enum Which {
     Ledger,
     Drift,
     Link,
+    Mail,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -855,11 +857,236 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Two daemons in this process linked over loopback; `a`'s primary (as the post office sees it)
+/// sends to `lead@b`. A round trip is `fleet_send` until the ticket's receipt says
+/// `transmitted`: durable in a's outbox (with its ticket), one Deliver request, durable in b's
+/// inbox with b's mark, the acknowledgement, and a's ticket updated durably.
+async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
+    use fleetd_actors::config::{Config, PeerConfig};
+    use fleetd_actors::events::EventKind;
+    use fleetd_actors::types::{Caller, MemberIdentity, MemberName, Role};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let ports: Vec<String> = (0..2)
+        .map(|_| {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            Ok(s.local_addr()?.to_string())
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let keys = [
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    ];
+    let names = ["a", "b"];
+    let mut daemons = vec![];
+    for i in 0..2 {
+        let sd = dir.path().join(names[i]);
+        std::fs::create_dir_all(&sd)?;
+        let kf = sd.join("host.key");
+        fleetd_actors::keys::save(&kf, &keys[i])?;
+        let mut c = Config::default();
+        c.daemon.host = names[i].into();
+        c.daemon.key_file = Some(kf.display().to_string());
+        c.link.listen = Some(ports[i].clone());
+        let j = 1 - i;
+        c.peers.insert(
+            names[j].into(),
+            PeerConfig {
+                addr: ports[j].clone(),
+                public_key: fleetd_actors::keys::public_text(&keys[j].verifying_key()),
+            },
+        );
+        let cp = sd.join("fleetd.toml");
+        std::fs::write(&cp, toml::to_string(&c)?)?;
+        daemons.push(Daemon::start(&sd, Some(cp), std::env::current_exe()?).await?);
+    }
+    let fa = daemons[0].fleet.clone();
+    let lead = Caller::Member(MemberIdentity {
+        name: MemberName::new("lead")?,
+        role: Role::Primary,
+        slot: None,
+    });
+    // Wait for the link (the first send would otherwise wait for it).
+    let (_, mut rx) = fa.ctx.events.subscribe(0);
+    let up = fa
+        .ctx
+        .link_views()
+        .iter()
+        .any(|v| v.phase == fleetd_actors::link::state::Phase::Up);
+    if !up {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Ok(e) = rx.recv().await {
+                if matches!(e.kind, EventKind::Link { up: true, .. }) {
+                    break;
+                }
+            }
+        })
+        .await?;
+    }
+    let (_, rx) = fa.ctx.events.subscribe(u64::MAX);
+    let n = args.iterations;
+    let mut ours_t = vec![];
+    let mut ack_t = vec![];
+    for i in 0..n {
+        let body = format!("bench message {i}");
+        // Subscribe before sending, so the transmitted event cannot be missed.
+        let mut sub = rx.resubscribe();
+        let t = Instant::now();
+        let r = fa.send(&lead, "lead@b", body, false, None).await?;
+        ack_t.push(t.elapsed());
+        let id = r.ticket.ticket.id;
+        loop {
+            let e = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
+            if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
+                break;
+            }
+        }
+        ours_t.push(t.elapsed());
+    }
+    // Throughput: `total` sends, 32 in flight (each durable before it returns), then until the
+    // last of them is transmitted.
+    let total = n * 2;
+    let mut sub = rx.resubscribe();
+    let t = Instant::now();
+    let ids: Vec<fleetd_actors::types::TicketId> = futures::stream::iter(0..total)
+        .map(|i| {
+            let (f, c) = (fa.clone(), lead.clone());
+            async move {
+                f.send(&c, "lead@b", format!("bulk {i}"), false, None)
+                    .await
+                    .map(|r| r.ticket.ticket.id)
+            }
+        })
+        .buffered(32)
+        .try_collect()
+        .await?;
+    let mut waiting: std::collections::HashSet<fleetd_actors::types::TicketId> =
+        ids.into_iter().collect();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while !waiting.is_empty() {
+            match sub.recv().await {
+                Ok(e) => {
+                    if let EventKind::Ticket { ticket, .. } = e.kind {
+                        waiting.remove(&ticket);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(k)) => {
+                    anyhow::bail!("the bench lost {k} events; rerun with fewer iterations")
+                }
+                Err(e) => anyhow::bail!("event stream: {e}"),
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await??;
+    let mail_rate = total as f64 / t.elapsed().as_secs_f64();
+    for d in daemons {
+        d.shutdown().await;
+    }
+    // Baselines in the same run: a raw quinn echo over loopback, and one redb commit.
+    let raw_t = raw_echo_samples(n).await?;
+    let (bdir, m) = (dir.path().to_path_buf(), n);
+    let (_, redb_commit) =
+        tokio::task::spawn_blocking(move || durability_baselines(&bdir, m)).await??;
+    let (o, a, r, c) = (
+        stats("mail: send -> transmitted (3 commits)", ours_t),
+        stats("  of which send -> durable in outbox", ack_t),
+        stats("raw quinn echo, 200 B (baseline)", raw_t),
+        stats("one redb commit (baseline)", redb_commit),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
+                "p50_ratio_echo": o.p50_us / r.p50_us, "p50_ratio_echo_plus_3_commits": o.p50_us / (r.p50_us + 3.0 * c.p50_us),
+                "mail_per_sec": mail_rate})
+            )?
+        );
+    } else {
+        println!(
+            "{:<40} {:>7} {:>10} {:>10}",
+            "measurement", "n", "p50 µs", "p99 µs"
+        );
+        for s in [&r, &c, &o, &a] {
+            println!(
+                "{:<40} {:>7} {:>10.1} {:>10.1}",
+                s.name, s.n, s.p50_us, s.p99_us
+            );
+        }
+        println!(
+            "  -> p50 {:.2}x a raw echo; {:.2}x (echo + 3 redb commits)",
+            o.p50_us / r.p50_us,
+            o.p50_us / (r.p50_us + 3.0 * c.p50_us)
+        );
+        println!(
+            "throughput: {total} sends, 32 in flight, until all transmitted: {mail_rate:.0} messages/s ({:.2}x one redb commit per message)",
+            mail_rate / c.per_sec
+        );
+    }
+    Ok(())
+}
+
+/// `n` round trips of a raw quinn echo (200 B) over loopback.
+async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
+    use crate::link::endpoint::{Endpoint, Peer};
+    let (ka, kb) = (
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    );
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
+    let eb = std::sync::Arc::new(Endpoint::bind(
+        any,
+        kb.clone(),
+        "b".into(),
+        vec![Peer {
+            name: "a".into(),
+            addr: any,
+            key: ka.verifying_key(),
+        }],
+        k,
+        d,
+    )?);
+    let ea = Endpoint::bind(
+        any,
+        ka.clone(),
+        "a".into(),
+        vec![Peer {
+            name: "b".into(),
+            addr: eb.local_addr()?,
+            key: kb.verifying_key(),
+        }],
+        k,
+        d,
+    )?;
+    let e2 = eb.clone();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let raw = ea.dial(&ea.peers()[0].clone()).await?;
+    let payload = vec![7u8; 200];
+    let mut out = vec![];
+    for _ in 0..n {
+        let t = Instant::now();
+        let (mut send, mut recv) = raw.conn.open_bi().await?;
+        send.write_all(&payload).await?;
+        send.finish()?;
+        recv.read_to_end(1 << 20).await?;
+        out.push(t.elapsed());
+    }
+    ea.shutdown().await;
+    eb.shutdown().await;
+    Ok(out)
+}
+
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.which {
         Which::Ledger => return run_ledger(&args).await,
         Which::Drift => return run_drift(&args).await,
         Which::Link => return run_link(&args).await,
+        Which::Mail => return run_mail(&args).await,
         Which::Fleet => {}
     }
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;

@@ -154,24 +154,22 @@ impl MailState {
                     ));
                 }
                 Effect::Acked { peer, upto, done } => {
-                    // Mark the mail among them transmitted (durably, by the desk), then forget
-                    // them; a crash in between sends them again, and the peer drops them as
-                    // duplicates.
-                    if let Ok(desk) = self.desk().await {
-                        for e in &done {
-                            if let Item::Mail { ticket, .. } = &e.item {
-                                let _ = desk
-                                    .call(
-                                        |reply| DeskMsg::Remote {
-                                            ticket: *ticket,
-                                            update: RemoteUpdate::Transmitted,
-                                            reply,
-                                        },
-                                        CALL,
-                                    )
-                                    .await;
-                            }
-                        }
+                    // Mark the mail among them transmitted (durably, by the desk, in one
+                    // commit), then forget them; a crash in between sends them again, and the
+                    // peer drops them as duplicates.
+                    let updates: Vec<(TicketId, RemoteUpdate)> = done
+                        .iter()
+                        .filter_map(|e| match &e.item {
+                            Item::Mail { ticket, .. } => Some((*ticket, RemoteUpdate::Transmitted)),
+                            Item::Update { .. } => None,
+                        })
+                        .collect();
+                    if !updates.is_empty()
+                        && let Ok(desk) = self.desk().await
+                    {
+                        let _ = desk
+                            .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
+                            .await;
                     }
                     let b = Batch {
                         mail_out_done: vec![(peer.clone(), upto)],
@@ -223,26 +221,30 @@ impl MailState {
     /// injector. Mail from a peer stays held (and so does the mail after it) while there is no
     /// primary to take it.
     async fn hand_on(&mut self) {
-        let mut keep = VecDeque::new();
-        let mut blocked: Vec<String> = vec![];
         let pending: Vec<(String, Envelope)> = self.inbox.drain(..).collect();
+        let mut done: Vec<(String, u64)> = vec![];
+        let mut keep = VecDeque::new();
+        // Reports first, all in one commit (they are idempotent and need no order with mail).
+        let updates: Vec<(TicketId, RemoteUpdate)> = pending
+            .iter()
+            .filter_map(|(_, e)| match &e.item {
+                Item::Update { ticket, update } => Some((*ticket, update.clone())),
+                Item::Mail { .. } => None,
+            })
+            .collect();
+        let applied = updates.is_empty()
+            || match self.desk().await {
+                Ok(desk) => desk
+                    .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
+                    .await
+                    .and_then(|r| r)
+                    .is_ok(),
+                Err(_) => false,
+            };
+        let mut blocked: Vec<String> = vec![];
         for (peer, env) in pending {
             let handed = match &env.item {
-                Item::Update { ticket, update } => match self.desk().await {
-                    Ok(desk) => desk
-                        .call(
-                            |reply| DeskMsg::Remote {
-                                ticket: *ticket,
-                                update: update.clone(),
-                                reply,
-                            },
-                            CALL,
-                        )
-                        .await
-                        .and_then(|r| r)
-                        .is_ok(),
-                    Err(_) => false,
-                },
+                Item::Update { .. } => applied,
                 Item::Mail { .. } if blocked.contains(&peer) => false,
                 Item::Mail {
                     ticket, from, body, ..
@@ -274,18 +276,23 @@ impl MailState {
                 }
             };
             if handed {
-                let b = Batch {
-                    mail_in_done: vec![(peer.clone(), env.seq)],
-                    ..Default::default()
-                };
-                if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
-                    tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
-                }
+                done.push((peer, env.seq));
             } else {
                 keep.push_back((peer, env));
             }
         }
         self.inbox = keep;
+        if !done.is_empty() {
+            // A crash before this commit hands nothing on twice: mail is checked against the
+            // desk, reports are idempotent.
+            let b = Batch {
+                mail_in_done: done,
+                ..Default::default()
+            };
+            if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+                tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
+            }
+        }
     }
 
     /// What to tell the origin about received ticket `t`, if it came from another host.

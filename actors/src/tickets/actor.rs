@@ -31,10 +31,9 @@ pub enum DeskMsg {
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<Ticket, FleetError>>,
     },
-    /// The receiving host reported on a ticket this host sent it.
+    /// The receiving host reported on tickets this host sent it (committed together).
     Remote {
-        ticket: TicketId,
-        update: RemoteUpdate,
+        updates: Vec<(TicketId, RemoteUpdate)>,
         reply: RpcReplyPort<Result<(), FleetError>>,
     },
     /// The ticket opened for a message received from `origin`, if any.
@@ -244,12 +243,11 @@ impl Actor for DeskActor {
                 let _ = reply.send(r);
             }
             DeskMsg::Known { ticket } => st.core.adopt(*ticket),
-            DeskMsg::Remote {
-                ticket,
-                update,
-                reply,
-            } => {
-                let fx = st.core.remote_update(ticket, update, now);
+            DeskMsg::Remote { updates, reply } => {
+                let fx = updates
+                    .into_iter()
+                    .flat_map(|(t, u)| st.core.remote_update(t, u, now))
+                    .collect();
                 let r = st.perform(fx).await;
                 let _ = reply.send(r);
             }
