@@ -495,6 +495,9 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             }
         }
         K::LinkRefused { detail } => format!("link refused: {detail}"),
+        K::AnchorsPulled { peer, anchors } => {
+            format!("drift: pulled {anchors} verified anchors from {peer}")
+        }
         K::MailHanded {
             peer,
             envelope,

@@ -299,6 +299,8 @@ pub struct Ctx {
     pub fault_hooks: RwLock<HashMap<String, FaultHook>>,
     /// The post office as it last published itself.
     pub mail_view: RwLock<crate::mail::actor::MailView>,
+    /// Each remote identity's latest anchor, as the anchor puller last published it.
+    pub remote_anchors: RwLock<Vec<crate::drift::remote::RemoteAnchor>>,
 }
 
 /// Makes an actor panic (debug builds; supervision tests).
@@ -339,6 +341,7 @@ impl Ctx {
             links: RwLock::new(Default::default()),
             fault_hooks: RwLock::new(HashMap::new()),
             mail_view: RwLock::new(Default::default()),
+            remote_anchors: RwLock::new(vec![]),
         }
     }
 

@@ -93,6 +93,12 @@ pub enum EventKind {
         their_ticket: TicketId,
         ticket: Option<TicketId>,
     },
+    /// The anchor puller took `anchors` verified anchors from `peer` (pulled at most once per
+    /// heartbeat).
+    AnchorsPulled {
+        peer: String,
+        anchors: usize,
+    },
     /// The drift protocol raised an alert (a G3 cascade conflict or a G4 disagreement).
     DriftAlert {
         peer: String,

@@ -21,6 +21,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use fleetd_actors::mail::actor::MailMsg;
 use fleetd_actors::mail::state::{Item, MAX_BATCH};
 
+use super::anchors::{AnchorArgs, AnchorPuller, AnchorService};
 use super::endpoint::{Endpoint, Link, Peer, close};
 use super::wire::{Request, Response};
 
@@ -45,17 +46,45 @@ pub struct Links {
     pub endpoint: Arc<Endpoint>,
     acceptor: tokio::task::JoinHandle<()>,
     current: Current,
+    pub anchors: Arc<AnchorService>,
 }
 
-/// Serves a peer's requests: pings, and lead-to-lead traffic for the post office.
+/// Serves a peer's requests: pings, lead-to-lead traffic for the post office, drift anchors and
+/// equivocation reports.
 pub struct Serve {
     ctx: SharedCtx,
+    anchors: Arc<AnchorService>,
 }
 
 impl super::wire::Handler for Serve {
     async fn handle(&self, peer: &str, req: Request) -> Response {
         match req {
             Request::Ping { payload } => Response::Pong { payload },
+            Request::Anchors => match self.anchors.served().await {
+                Ok(v) => Response::Anchors {
+                    anchors: v.as_ref().clone(),
+                },
+                Err(why) => Response::Refused {
+                    refused: "an anchor pull".into(),
+                    why,
+                    accepted: "the same pull at the next heartbeat".into(),
+                },
+            },
+            Request::Equivocation {
+                home,
+                identity,
+                lines,
+            } => match self.anchors.reported(peer, home, identity, lines) {
+                Ok(()) => Response::Noted,
+                Err(why) => {
+                    tracing::warn!(%peer, %why, "an equivocation report was refused");
+                    Response::Refused {
+                        refused: format!("an equivocation report from {peer}"),
+                        why,
+                        accepted: "two anchors of one identity, signed by the named home host's key, on one UTC day, with different roles".into(),
+                    }
+                }
+            },
             Request::Deliver { epoch, envelopes } => {
                 let refuse = |why: String, accepted: String| Response::Refused {
                     refused: format!("lead-to-lead mail from {peer}"),
@@ -112,6 +141,7 @@ impl Links {
         let endpoint = Arc::new(endpoint);
         let actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>> = Default::default();
         let current: Current = Default::default();
+        let anchors = AnchorService::new(ctx.clone());
         let sup = ctx
             .supervisor
             .get()
@@ -121,6 +151,7 @@ impl Links {
             let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
             let conns = Conns::default();
             let cur = current.clone();
+            let an = anchors.clone();
             let spec = ChildSpec {
                 id: format!("link:{}", peer.name),
                 kind: "link",
@@ -129,6 +160,7 @@ impl Links {
                     let args = LinkArgs {
                         conns: conns.clone(),
                         current: cur.clone(),
+                        anchors: an.clone(),
                         ctx: c.clone(),
                         endpoint: e.clone(),
                         peer: p.clone(),
@@ -189,10 +221,53 @@ impl Links {
                 }
             }
         });
+        // The anchor puller: every linked peer's drift anchors, once per heartbeat.
+        let (c, cur, an, peers) = (
+            ctx.clone(),
+            current.clone(),
+            anchors.clone(),
+            endpoint.peers().to_vec(),
+        );
+        let spec = ChildSpec {
+            id: "anchors".into(),
+            kind: "anchors",
+            on_down: None,
+            start: Arc::new(move |supcell| {
+                let args = AnchorArgs {
+                    ctx: c.clone(),
+                    service: an.clone(),
+                    current: cur.clone(),
+                    peers: peers.clone(),
+                };
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, AnchorPuller, args, supcell)
+                        .await
+                        .map_err(|e| FleetError::internal("anchor puller start", e.to_string()))?;
+                    Ok(r.get_cell())
+                })
+            }),
+        };
+        match sup
+            .call(
+                |reply| SupervisorMsg::Start { spec, reply },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
+            _ => {
+                return Err(FleetError::unavailable(
+                    "the anchor puller",
+                    "the supervisor did not answer",
+                ));
+            }
+        }
         Ok(Links {
             endpoint,
             acceptor,
             current,
+            anchors,
         })
     }
 
@@ -260,6 +335,7 @@ pub type Current = Arc<RwLock<HashMap<String, quinn::Connection>>>;
 pub struct LinkArgs {
     conns: Conns,
     current: Current,
+    anchors: Arc<AnchorService>,
     ctx: SharedCtx,
     endpoint: Arc<Endpoint>,
     peer: Peer,
@@ -275,6 +351,7 @@ pub struct LinkState {
     core: LinkCore,
     conns: Conns,
     current: Current,
+    anchors: Arc<AnchorService>,
     timer: Timer,
     keep_alive: u64,
     /// What was last announced: up, down, or nothing yet.
@@ -370,6 +447,7 @@ impl LinkState {
                             c,
                             Arc::new(Serve {
                                 ctx: self.ctx.clone(),
+                                anchors: self.anchors.clone(),
                             }),
                         ));
                     }
@@ -447,6 +525,7 @@ impl Actor for PeerLink {
             core,
             conns: a.conns,
             current: a.current,
+            anchors: a.anchors,
             timer: Timer::new(),
             announced: None,
         })

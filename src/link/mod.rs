@@ -6,6 +6,7 @@
 //! a peer's bytes panic the daemon (every frame goes through `codec`, bounded).
 
 pub mod actor;
+pub mod anchors;
 pub mod endpoint;
 pub mod tls;
 pub mod wire;

@@ -30,6 +30,14 @@ pub enum Request {
         epoch: u64,
         envelopes: Vec<fleetd_actors::mail::state::Envelope>,
     },
+    /// The drift anchors of the identities homed on the answering host (pull-only).
+    Anchors,
+    /// `home` signed both `lines` (two anchors of `identity`, one UTC day, different roles).
+    Equivocation {
+        home: String,
+        identity: String,
+        lines: Vec<String>,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -41,6 +49,12 @@ pub enum Response {
     Delivered {
         upto: u64,
     },
+    /// `(identity, signed line)` for each anchor the answering host serves.
+    Anchors {
+        anchors: Vec<(String, String)>,
+    },
+    /// A report was checked and taken.
+    Noted,
     /// The request was not served: what was refused, why, and what would be accepted.
     Refused {
         refused: String,
@@ -108,11 +122,13 @@ impl Handler for Basic {
     async fn handle(&self, _peer: &str, req: Request) -> Response {
         match req {
             Request::Ping { payload } => Response::Pong { payload },
-            Request::Deliver { .. } => Response::Refused {
-                refused: "lead-to-lead mail".into(),
-                why: "this endpoint serves pings only".into(),
-                accepted: "Ping".into(),
-            },
+            Request::Deliver { .. } | Request::Anchors | Request::Equivocation { .. } => {
+                Response::Refused {
+                    refused: "a fleet request".into(),
+                    why: "this endpoint serves pings only".into(),
+                    accepted: "Ping".into(),
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::common::*;
 pub struct Host {
     name: &'static str,
     addr: String,
-    key_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
     public: String,
     _dir: tempfile::TempDir,
 }

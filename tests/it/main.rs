@@ -1,5 +1,6 @@
 //! Integration tests: the real `fleetd` binary, sim agents in real PTYs, real sockets.
 
+mod anchors;
 mod common;
 mod config;
 mod drift;

@@ -191,3 +191,49 @@ pub fn next_tick(kb: &Path, identity: &str) -> u64 {
         Logs::Unreadable(_) => 1,
     }
 }
+
+/// The anchors this host serves to its peers: per identity in the KB, the lines of its newest
+/// `days` date files (each bounded by [`MAX_FILE`]) that verify against `key` and are anchors,
+/// as `(identity, line)`. Unreadable files are skipped (the peers keep what they have).
+pub fn served_anchors(
+    kb: &Path,
+    key: &ed25519_dalek::VerifyingKey,
+    days: usize,
+) -> std::io::Result<Vec<(String, String)>> {
+    let root = drift_root(kb);
+    let mut out = vec![];
+    let rd = match std::fs::read_dir(&root) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for e in rd.flatten() {
+        let identity = e.file_name().to_string_lossy().into_owned();
+        if !e.file_type().is_ok_and(|t| t.is_dir())
+            || crate::types::MemberName::new(&identity).is_err()
+        {
+            continue;
+        }
+        let Ok(mut ds) = dates(kb, &identity) else {
+            continue;
+        };
+        let skip = ds.len().saturating_sub(days);
+        for d in ds.drain(..).skip(skip) {
+            let p = root.join(&identity).join(format!("{d}.jsonl"));
+            if std::fs::metadata(&p).map_or(true, |m| m.len() > MAX_FILE) {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&p) else {
+                continue;
+            };
+            for l in text.lines().skip(1) {
+                if let Ok(v) = line::check(l, std::slice::from_ref(key))
+                    && crate::drift::remote::is_anchor(&v)
+                {
+                    out.push((identity.clone(), l.to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}

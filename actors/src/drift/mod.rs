@@ -1,9 +1,10 @@
 //! The drift protocol: `line` (schema, signing, G1), `gates` (anchor, G2-G4, bootstrapping),
-//! `kb` (the logs on disk), `service` (the daemon side of fleet_drift, alerts), `actor` (the
+//! `kb` (the logs on disk), `remote` (anchors pulled from other hosts, G3 across hosts), `service` (the daemon side of fleet_drift, alerts), `actor` (the
 //! scheduler and the supervised puller per peer).
 
 pub mod actor;
 pub mod gates;
 pub mod kb;
 pub mod line;
+pub mod remote;
 pub mod service;

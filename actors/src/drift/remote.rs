@@ -1,0 +1,245 @@
+//! Anchors of identities homed on other hosts, as pulled over the peer links, and G3 across
+//! hosts: two anchors signed by the same home host for the same identity in the same UTC day
+//! with different roles are an equivocation.
+//!
+//! Owns which pulled lines count as anchors, how long they are kept, and the equivocation rule
+//! (each one reported once, with both signed lines as proof). Pure: lines arrive here already
+//! verified against their home host's key (`line::check`); must never read a file or a socket.
+//!
+//! A drift line does not carry its identity (the schema puts it in its file's header), so which
+//! identity a line anchors is what the home host said when it served the line over its
+//! authenticated link; lines are only ever taken from their home host directly.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::drift::gates::same_role;
+use crate::drift::line::{Kind, Valid};
+use crate::types::Millis;
+
+const DAY_MS: Millis = 86_400_000;
+/// Lines older than this (by their own timestamp) are forgotten, unless they are an identity's
+/// latest anchor.
+pub const KEEP_MS: Millis = 2 * DAY_MS;
+/// At most this many anchors are kept per (home, identity).
+pub const MAX_PER_IDENTITY: usize = 64;
+
+/// Is this verified line an anchor (an identity statement of its own log)?
+pub fn is_anchor(v: &Valid) -> bool {
+    matches!(v.kind, Kind::Fencepost | Kind::Reanchor)
+        && v.baseline.is_some()
+        && v.subject.is_none()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RemoteAnchor {
+    pub home: String,
+    pub identity: String,
+    pub role: String,
+    pub ts_ms: Millis,
+    pub line: String,
+}
+
+/// Two anchors of one identity by one home host in one UTC day, with different roles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Equivocation {
+    pub home: String,
+    pub identity: String,
+    /// The UTC day (days since the epoch) both lines fall in.
+    pub day: u64,
+    /// Both signed lines, as served: the proof.
+    pub lines: [String; 2],
+    pub roles: [String; 2],
+}
+
+impl Equivocation {
+    pub fn text(&self) -> String {
+        format!(
+            "equivocation: host `{}` signed two anchors for `{}` on the same UTC day with different roles ({:?} and {:?}); both signed lines are kept as proof: {} | {}",
+            self.home, self.identity, self.roles[0], self.roles[1], self.lines[0], self.lines[1]
+        )
+    }
+}
+
+/// Every remote anchor held, and the equivocations already reported.
+#[derive(Clone, Debug, Default)]
+pub struct Remote {
+    held: BTreeMap<(String, String), Vec<RemoteAnchor>>,
+    reported: BTreeSet<(String, String, u64)>,
+}
+
+impl Remote {
+    /// Take the anchors `home` served (each verified against `home`'s key), at `now`. Returns
+    /// the equivocations not reported before.
+    pub fn absorb(
+        &mut self,
+        home: &str,
+        lines: Vec<(String, Valid, String)>,
+        now: Millis,
+    ) -> Vec<Equivocation> {
+        let mut found = vec![];
+        let mut lines = lines;
+        // Oldest first, so a proof always lists the earlier anchor first.
+        lines.sort_by_key(|(_, v, _)| v.ts_ms);
+        for (identity, v, line) in lines {
+            if !is_anchor(&v) {
+                continue;
+            }
+            let Some(role) = v.baseline.clone() else {
+                continue;
+            };
+            let held = self
+                .held
+                .entry((home.to_string(), identity.clone()))
+                .or_default();
+            if held.iter().any(|a| a.line == line) {
+                continue;
+            }
+            let day = v.ts_ms / DAY_MS;
+            if let Some(other) = held
+                .iter()
+                .find(|a| a.ts_ms / DAY_MS == day && !same_role(&a.role, &role))
+                && self
+                    .reported
+                    .insert((home.to_string(), identity.clone(), day))
+            {
+                found.push(Equivocation {
+                    home: home.to_string(),
+                    identity: identity.clone(),
+                    day,
+                    lines: [other.line.clone(), line.clone()],
+                    roles: [other.role.clone(), role.clone()],
+                });
+            }
+            held.push(RemoteAnchor {
+                home: home.to_string(),
+                identity,
+                role,
+                ts_ms: v.ts_ms,
+                line,
+            });
+        }
+        self.prune(now);
+        found
+    }
+
+    /// An equivocation another host reported (its proof verified by the caller): whether it is
+    /// new here.
+    pub fn note(&mut self, e: &Equivocation) -> bool {
+        self.reported
+            .insert((e.home.clone(), e.identity.clone(), e.day))
+    }
+
+    /// Forget old anchors (keeping each identity's latest) and bound what is kept.
+    pub fn prune(&mut self, now: Millis) {
+        for v in self.held.values_mut() {
+            v.sort_by_key(|a| a.ts_ms);
+            let latest = v.last().map(|a| a.ts_ms);
+            v.retain(|a| Some(a.ts_ms) == latest || a.ts_ms + KEEP_MS >= now);
+            let excess = v.len().saturating_sub(MAX_PER_IDENTITY);
+            v.drain(..excess);
+        }
+        let oldest_day = now.saturating_sub(KEEP_MS) / DAY_MS;
+        self.reported.retain(|(_, _, d)| *d >= oldest_day);
+    }
+
+    /// Each remote identity's latest anchor.
+    pub fn latest(&self) -> Vec<RemoteAnchor> {
+        self.held
+            .values()
+            .filter_map(|v| v.iter().max_by_key(|a| a.ts_ms).cloned())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn anchor(ts_ms: Millis, role: &str) -> Valid {
+        Valid {
+            ts_ms,
+            ts: String::new(),
+            tick: 1,
+            kind: Kind::Fencepost,
+            baseline: Some(role.into()),
+            clean: true,
+            subject: None,
+            signer: "k".into(),
+        }
+    }
+
+    fn l(id: &str, ts: Millis, role: &str) -> (String, Valid, String) {
+        (id.into(), anchor(ts, role), format!("{id}|{ts}|{role}"))
+    }
+
+    #[test]
+    fn two_roles_in_one_day_are_one_equivocation_with_both_lines() {
+        let mut r = Remote::default();
+        let t = 10 * DAY_MS + 1000;
+        assert!(
+            r.absorb("c", vec![l("x", t, "code reviewer")], t)
+                .is_empty()
+        );
+        // The same line again, and the same role restated, are not equivocations.
+        assert!(
+            r.absorb("c", vec![l("x", t, "code reviewer")], t)
+                .is_empty()
+        );
+        assert!(
+            r.absorb("c", vec![l("x", t + 5, "code reviewers")], t)
+                .is_empty()
+        );
+        let e = r.absorb("c", vec![l("x", t + 9, "release manager")], t);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].home, "c");
+        assert_eq!(e[0].identity, "x");
+        assert_eq!(e[0].lines[1], format!("x|{}|release manager", t + 9));
+        // Reported once.
+        assert!(r.absorb("c", vec![l("x", t + 20, "janitor")], t).is_empty());
+    }
+
+    #[test]
+    fn other_days_other_homes_and_other_identities_do_not_conflict() {
+        let mut r = Remote::default();
+        let t = 10 * DAY_MS;
+        let mut lines = vec![l("x", t + 1, "reviewer")];
+        lines.push(l("x", t + DAY_MS + 1, "architect"));
+        lines.push(l("y", t + 2, "architect"));
+        assert!(r.absorb("c", lines, t).is_empty());
+        assert!(
+            r.absorb("b", vec![l("x", t + 3, "architect")], t)
+                .is_empty()
+        );
+        assert_eq!(r.latest().len(), 3);
+    }
+
+    #[test]
+    fn only_anchors_count_and_old_ones_are_forgotten_but_the_latest_is_kept() {
+        let mut r = Remote::default();
+        let mut drift = anchor(5, "other");
+        drift.kind = Kind::Drift;
+        let mut about = anchor(6, "other");
+        about.subject = Some("y".into());
+        assert!(
+            r.absorb(
+                "c",
+                vec![
+                    ("x".into(), drift, "d".into()),
+                    ("x".into(), about, "a".into())
+                ],
+                10
+            )
+            .is_empty()
+        );
+        assert!(r.latest().is_empty());
+        r.absorb("c", vec![l("x", 1, "a"), l("x", 2, "a")], 10 * DAY_MS);
+        assert_eq!(r.latest().len(), 1);
+        assert_eq!(
+            r.held.values().next().unwrap().len(),
+            1,
+            "only the latest is kept"
+        );
+    }
+}

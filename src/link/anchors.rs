@@ -1,0 +1,339 @@
+//! Drift anchors across hosts: serving this host's anchors to its peers, and the supervised
+//! puller that fetches every linked peer's anchors once per heartbeat (pull-only), verifies each
+//! line against that peer's host key, and runs G3 across hosts on them
+//! ([`Remote`](fleetd_actors::drift::remote::Remote)). An equivocation is raised here (the lead,
+//! events, `/alerts`), its proof (both signed lines) is written to the state dir, and it is
+//! reported to every other linked peer, whose daemons check the proof themselves before they
+//! alert their own leads.
+//!
+//! Must never take a line from anyone but its home host as an anchor, nor raise a reported
+//! equivocation whose proof does not verify.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use fleetd_actors::ctx::{SharedCtx, Timer};
+use fleetd_actors::drift::gates::same_role;
+use fleetd_actors::drift::line::{self, Valid};
+use fleetd_actors::drift::remote::{Equivocation, Remote, is_anchor};
+use fleetd_actors::types::Millis;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::actor::Current;
+use super::endpoint::Peer;
+use super::wire::{self, Request, Response};
+
+/// Days of date files an anchor answer covers.
+const SERVED_DAYS: usize = 3;
+/// At most this many anchors in one answer (a frame is bounded by `wire::MAX_FRAME`).
+pub const MAX_SERVED: usize = 2_000;
+
+/// `(identity, signed line)` of each anchor this host serves.
+type Served = Arc<Vec<(String, String)>>;
+
+/// What the link handler and the puller share.
+pub struct AnchorService {
+    ctx: SharedCtx,
+    /// This host's served anchors, as last read, and when (at most one KB read per heartbeat,
+    /// however often peers ask).
+    cache: Mutex<Option<(Millis, Served)>>,
+    puller: RwLock<Option<ActorRef<AnchorMsg>>>,
+}
+
+impl AnchorService {
+    pub fn new(ctx: SharedCtx) -> Arc<AnchorService> {
+        Arc::new(AnchorService {
+            ctx,
+            cache: Mutex::new(None),
+            puller: RwLock::new(None),
+        })
+    }
+
+    fn heartbeat_ms(&self) -> Millis {
+        self.ctx.config().drift.heartbeat_secs.max(1) * 1000
+    }
+
+    /// This host's anchors, for a peer's pull.
+    pub async fn served(&self) -> Result<Served, String> {
+        let now = self.ctx.now();
+        if let Some((at, v)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            && now < at + self.heartbeat_ms()
+        {
+            return Ok(v.clone());
+        }
+        let (kb, key) = (self.ctx.kb_dir(), self.ctx.host_key.verifying_key());
+        let mut lines = tokio::task::spawn_blocking(move || {
+            fleetd_actors::drift::kb::served_anchors(&kb, &key, SERVED_DAYS)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("the knowledge base cannot be read: {e}"))?;
+        // The newest first, if there are too many.
+        lines.reverse();
+        lines.truncate(MAX_SERVED);
+        let v = Arc::new(lines);
+        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, v.clone()));
+        Ok(v)
+    }
+
+    /// A peer reports an equivocation: check its proof against the home host's key, then have
+    /// the puller raise it (once).
+    pub fn reported(
+        &self,
+        from: &str,
+        home: String,
+        identity: String,
+        lines: Vec<String>,
+    ) -> Result<(), String> {
+        let c = self.ctx.config();
+        let key = if home == c.daemon.host {
+            self.ctx.host_key.verifying_key()
+        } else {
+            let p = c
+                .peers
+                .get(&home)
+                .ok_or_else(|| format!("`{home}` is not a configured peer"))?;
+            fleetd_actors::keys::parse_public(&p.public_key).map_err(|e| e.to_string())?
+        };
+        fleetd_actors::types::MemberName::new(&identity).map_err(|e| e.to_string())?;
+        let [a, b] = <[String; 2]>::try_from(lines).map_err(|_| "a proof is two lines")?;
+        let va = line::check(&a, std::slice::from_ref(&key))
+            .map_err(|e| format!("the first line: {e}"))?;
+        let vb = line::check(&b, std::slice::from_ref(&key))
+            .map_err(|e| format!("the second line: {e}"))?;
+        let (ra, rb) = match (is_anchor(&va), is_anchor(&vb), &va.baseline, &vb.baseline) {
+            (true, true, Some(ra), Some(rb)) => (ra.clone(), rb.clone()),
+            _ => return Err("both lines must be anchors".into()),
+        };
+        let day = va.ts_ms / 86_400_000;
+        if day != vb.ts_ms / 86_400_000 || same_role(&ra, &rb) || a == b {
+            return Err("the two anchors are not on one UTC day with different roles".into());
+        }
+        let ((a, ra), (b, rb)) = if va.ts_ms <= vb.ts_ms {
+            ((a, ra), (b, rb))
+        } else {
+            ((b, rb), (a, ra))
+        };
+        let e = Equivocation {
+            home,
+            identity,
+            day,
+            lines: [a, b],
+            roles: [ra, rb],
+        };
+        if let Some(p) = self
+            .puller
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = p.cast(AnchorMsg::Reported {
+                from: from.to_string(),
+                e,
+            });
+        }
+        Ok(())
+    }
+}
+
+pub enum AnchorMsg {
+    /// A heartbeat: pull every linked peer.
+    Tick,
+    /// A peer's anchors, each verified against its key.
+    Pulled {
+        home: String,
+        lines: Vec<(String, Valid, String)>,
+    },
+    /// A peer reported an equivocation (its proof verified).
+    Reported { from: String, e: Equivocation },
+}
+
+pub struct AnchorArgs {
+    pub ctx: SharedCtx,
+    pub service: Arc<AnchorService>,
+    pub current: Current,
+    pub peers: Vec<Peer>,
+}
+
+pub struct AnchorPuller;
+
+pub struct PullerState {
+    ctx: SharedCtx,
+    current: Current,
+    peers: BTreeMap<String, Peer>,
+    core: Remote,
+    timer: Timer,
+}
+
+impl PullerState {
+    fn conn(&self, peer: &str) -> Option<quinn::Connection> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(peer)
+            .cloned()
+    }
+
+    /// Raise `e` here, keep its proof, and (if this host found it) tell every other peer.
+    async fn raise(&self, e: Equivocation, reported_by: Option<&str>) {
+        let mut text = e.text();
+        if let Some(f) = reported_by {
+            text = format!("{text} (reported by {f}; the proof verified here)");
+        }
+        let dir = self.ctx.state_dir.join("drift-proofs");
+        let name = format!("{}-{}-{}.json", e.home, e.identity, e.day);
+        let body = serde_json::to_vec_pretty(&e).unwrap_or_default();
+        let write = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)?;
+            fleetd_actors::fleet::write_private(&dir.join(name), &body)
+        })
+        .await;
+        if !matches!(write, Ok(Ok(()))) {
+            tracing::warn!(home = %e.home, identity = %e.identity, "could not keep the proof of an equivocation on disk");
+        }
+        fleetd_actors::drift::service::raise(
+            &self.ctx,
+            &format!("{}@{}", e.identity, e.home),
+            "G3",
+            text,
+        )
+        .await;
+        if reported_by.is_some() {
+            return;
+        }
+        for p in self.peers.keys().filter(|p| **p != e.home) {
+            let Some(conn) = self.conn(p) else { continue };
+            let (p, req) = (
+                p.clone(),
+                Request::Equivocation {
+                    home: e.home.clone(),
+                    identity: e.identity.clone(),
+                    lines: e.lines.to_vec(),
+                },
+            );
+            tokio::spawn(async move {
+                match wire::request(&p, &conn, &req).await {
+                    Ok(Response::Noted) => {}
+                    Ok(other) => {
+                        tracing::warn!(peer = %p, answer = ?other, "a peer did not take an equivocation report")
+                    }
+                    Err(e) => {
+                        tracing::warn!(peer = %p, error = %e, "could not report an equivocation")
+                    }
+                }
+            });
+        }
+    }
+
+    fn publish(&self) {
+        *self
+            .ctx
+            .remote_anchors
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = self.core.latest();
+    }
+}
+
+impl Actor for AnchorPuller {
+    type Msg = AnchorMsg;
+    type State = PullerState;
+    type Arguments = AnchorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<AnchorMsg>,
+        a: AnchorArgs,
+    ) -> Result<PullerState, ActorProcessingErr> {
+        *a.service.puller.write().unwrap_or_else(|p| p.into_inner()) = Some(myself.clone());
+        let _ = myself.cast(AnchorMsg::Tick);
+        Ok(PullerState {
+            ctx: a.ctx,
+            current: a.current,
+            peers: a.peers.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            core: Remote::default(),
+            timer: Timer::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AnchorMsg>,
+        msg: AnchorMsg,
+        st: &mut PullerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = st.ctx.now();
+        match msg {
+            AnchorMsg::Tick => {
+                st.timer.fired();
+                for (name, peer) in &st.peers {
+                    let Some(conn) = st.conn(name) else { continue };
+                    let (name, key, me) = (name.clone(), peer.key, myself.clone());
+                    let span = tracing::debug_span!("anchor pull", peer = %name);
+                    tokio::spawn(tracing::Instrument::instrument(
+                        async move {
+                            let lines = match wire::request(&name, &conn, &Request::Anchors).await {
+                                Ok(Response::Anchors { anchors }) => anchors,
+                                Ok(other) => {
+                                    tracing::debug!(answer = ?other, "anchor pull refused");
+                                    return;
+                                }
+                                Err(e) => {
+                                    tracing::debug!(error = %e, "anchor pull failed");
+                                    return;
+                                }
+                            };
+                            // Verified against the home host's key before anything else.
+                            let verified = tokio::task::spawn_blocking(move || {
+                                let mut ok = vec![];
+                                for (identity, l) in lines.into_iter().take(MAX_SERVED) {
+                                    if fleetd_actors::types::MemberName::new(&identity).is_err() {
+                                        continue;
+                                    }
+                                    match line::check(&l, std::slice::from_ref(&key)) {
+                                        Ok(v) => ok.push((identity, v, l)),
+                                        Err(e) => tracing::warn!(%identity, error = %e, "a pulled anchor does not verify against its home host's key; dropped"),
+                                    }
+                                }
+                                ok
+                            })
+                            .await
+                            .unwrap_or_default();
+                            let _ = me.cast(AnchorMsg::Pulled {
+                                home: name,
+                                lines: verified,
+                            });
+                        },
+                        span,
+                    ));
+                }
+                let hb = st.ctx.config().drift.heartbeat_secs.max(1) * 1000;
+                st.timer
+                    .arm(&myself, Some(now + hb), now, || AnchorMsg::Tick);
+            }
+            AnchorMsg::Pulled { home, lines } => {
+                let n = lines.len();
+                let found = st.core.absorb(&home, lines, now);
+                st.publish();
+                st.ctx
+                    .events
+                    .emit(fleetd_actors::events::EventKind::AnchorsPulled {
+                        peer: home,
+                        anchors: n,
+                    });
+                for e in found {
+                    st.raise(e, None).await;
+                }
+            }
+            AnchorMsg::Reported { from, e } => {
+                if st.core.note(&e) {
+                    st.raise(e, Some(&from)).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,123 @@
+//! Drift anchors across hosts, on three real daemons on 127.0.0.x: each pulls its peers'
+//! anchors over the links (verified against the home host's key), and a host that signs two
+//! anchors for one identity on one UTC day with different roles is caught: the leads on both
+//! other hosts are alerted, with both signed lines as proof.
+
+use fleetd_actors::drift::line::{Kind, NewLine, sign};
+use fleetd_actors::events::EventKind;
+use serde_json::Value;
+
+use crate::common::*;
+use crate::link::{config, host, link_event};
+
+fn anchor_line(key_file: &std::path::Path, ts_ms: u64, tick: u64, role: &str) -> String {
+    let key = fleetd_actors::keys::load(key_file).unwrap();
+    sign(
+        &NewLine {
+            ts_ms,
+            tick,
+            kind: Some(Kind::Fencepost),
+            baseline: Some(role.into()),
+            ..Default::default()
+        },
+        &key,
+    )
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_the_proof() {
+    let (a, b, c) = (host("alpha", 12), host("beta", 13), host("gamma", 14));
+    let cfg = |me, peers: &[&crate::link::Host]| {
+        let mut x = config(me, peers);
+        x.drift.heartbeat_secs = 1;
+        x
+    };
+    let da = D::with(cfg(&a, &[&b, &c])).await;
+    let db = D::with(cfg(&b, &[&a, &c])).await;
+    let dc = D::with(cfg(&c, &[&a, &b])).await;
+    da.spawn("lead", "primary", sim(&["--script", "sink"]))
+        .await;
+    db.spawn("lead", "primary", sim(&["--script", "sink"]))
+        .await;
+    let (mut ea, mut eb) = (da.events().await, db.events().await);
+    for (e, peer) in [(&mut ea, "gamma"), (&mut eb, "gamma")] {
+        e.until("linked to gamma", |x| link_event(x, peer, true))
+            .await;
+    }
+    // gamma's identity `x` anchors honestly: both peers pull it, verified, and show it.
+    let t = now_ms();
+    let kb = dc.state.join("kb");
+    let day = fleetd_actors::drift::kb::date_of(t);
+    let first = anchor_line(&c.key_file, t, 1, "code reviewer");
+    fleetd_actors::drift::kb::append(&kb, "x", &day, &first).unwrap();
+    // A line signed by another key in gamma's KB is not served as gamma's anchor.
+    let forged = anchor_line(&a.key_file, t + 1, 2, "release manager");
+    fleetd_actors::drift::kb::append(&kb, "y", &day, &forged).unwrap();
+    let shows_x = |d: &D| {
+        let d = d.client.clone();
+        async move {
+            let v: Value = d.get("/peers").await.unwrap();
+            v["remote_anchors"].clone()
+        }
+    };
+    // The first pull that sees gamma's anchor (the forged line is not served, or is dropped).
+    ea.until(
+        "alpha pulls gamma's anchor",
+        |e| matches!(&e.kind, EventKind::AnchorsPulled { peer, anchors: 1 } if peer == "gamma"),
+    )
+    .await;
+    let ra = shows_x(&da).await;
+    let xs: Vec<&Value> = ra
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["home"] == "gamma")
+        .collect();
+    assert_eq!(xs.len(), 1, "{ra}");
+    assert_eq!(xs[0]["identity"], "x");
+    assert_eq!(xs[0]["role"], "code reviewer");
+    assert!(
+        !ea.seen
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::DriftAlert { peer, .. } if peer == "x@gamma"))
+    );
+    // Now gamma signs a second anchor for `x`, the same UTC day, another role.
+    let second = anchor_line(&c.key_file, t + 2, 3, "release manager");
+    fleetd_actors::drift::kb::append(&kb, "x", &day, &second).unwrap();
+    for (d, e) in [(&da, &mut ea), (&db, &mut eb)] {
+        let alert = e
+            .until("the equivocation alert", |x| {
+                matches!(&x.kind, EventKind::DriftAlert { peer, rule, .. } if peer == "x@gamma" && rule == "G3")
+            })
+            .await;
+        let EventKind::DriftAlert { text, .. } = &alert.kind else {
+            unreachable!()
+        };
+        assert!(text.contains("equivocation"), "{text}");
+        assert!(text.contains(&first) && text.contains(&second), "{text}");
+        // The lead was told.
+        e.until("the lead gets the alert", |x| {
+            matches!(&x.kind, EventKind::Receipt { target, from, ticket: None, .. }
+                if target.as_str() == "lead" && from.to_string() == "operator")
+        })
+        .await;
+        // The proof is kept on disk.
+        let proofs: Vec<_> = std::fs::read_dir(d.state.join("drift-proofs"))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(proofs.len(), 1);
+        let p: Value = serde_json::from_slice(&std::fs::read(proofs[0].path()).unwrap()).unwrap();
+        assert_eq!(p["lines"][0], first);
+        assert_eq!(p["lines"][1], second);
+        let alerts: Value = d.client.get("/alerts").await.unwrap();
+        assert!(alerts.to_string().contains("x@gamma"), "{alerts}");
+    }
+}
