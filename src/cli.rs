@@ -271,6 +271,10 @@ pub enum LedgerCmd {
         /// it, `host.key.pub` beside the ledger if there is one.
         #[arg(long)]
         key: Option<String>,
+        /// A peer's state dir: check the ledger against the checkpoints that peer witnessed
+        /// (catches a history rewritten and re-signed with this host's own key).
+        #[arg(long)]
+        witness: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -495,6 +499,9 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             }
         }
         K::LinkRefused { detail } => format!("link refused: {detail}"),
+        K::Witnessed { peer, origin, size } => {
+            format!("witnessed {origin} of {peer} at size {size}")
+        }
         K::AnchorsPulled { peer, anchors } => {
             format!("drift: pulled {anchors} verified anchors from {peer}")
         }
@@ -1124,7 +1131,12 @@ fn print_decision(v: &Value) {
 }
 
 /// `fleetd ledger verify PATH [--key K]`: returns the exit code.
-pub fn ledger_verify(path: &Path, key: Option<&str>, json: bool) -> anyhow::Result<i32> {
+pub fn ledger_verify(
+    path: &Path,
+    key: Option<&str>,
+    witnesses: &[PathBuf],
+    json: bool,
+) -> anyhow::Result<i32> {
     use fleetd_actors::keys;
     use fleetd_actors::ledger::state::verify;
     let meta = std::fs::metadata(path).with_context(|| format!("ledger {}", path.display()))?;
@@ -1176,6 +1188,32 @@ pub fn ledger_verify(path: &Path, key: Option<&str>, json: bool) -> anyhow::Resu
                         r.pending_checkpoints
                     );
                 }
+            }
+            let mut witnessed_bad = false;
+            for dir in witnesses {
+                let held = crate::link::witness::load_all(dir)
+                    .with_context(|| format!("witness state {}", dir.display()))?;
+                let mine: Vec<_> = held.iter().filter(|w| w.origin == r.origin).collect();
+                if mine.is_empty() {
+                    eprintln!(
+                        "{}: holds no witnessed checkpoint of {}",
+                        dir.display(),
+                        r.origin
+                    );
+                    witnessed_bad = true;
+                }
+                for w in mine {
+                    match fleetd_actors::ledger::witness::check_against(&text, w) {
+                        Ok(what) => println!("witness {}: {what}", dir.display()),
+                        Err(why) => {
+                            eprintln!("witness {}: {why}", dir.display());
+                            witnessed_bad = true;
+                        }
+                    }
+                }
+            }
+            if witnessed_bad {
+                return Ok(1);
             }
             if let Some(line) = r.torn_tail {
                 eprintln!(

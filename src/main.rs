@@ -45,9 +45,10 @@ fn main() -> ExitCode {
                 LedgerCmd::Verify {
                     ref path,
                     ref key,
+                    ref witness,
                     json,
                 },
-        } => fleetd::cli::ledger_verify(path, key.as_deref(), json),
+        } => fleetd::cli::ledger_verify(path, key.as_deref(), witness, json),
         Cmd::Keygen { ref out } => fleetd::cli::keygen(out).map(|_| 0),
         Cmd::Drift {
             cmd:

@@ -93,6 +93,12 @@ pub enum EventKind {
         their_ticket: TicketId,
         ticket: Option<TicketId>,
     },
+    /// This host witnessed `peer`'s ledger `origin` up to `size` (persisted, cosigned).
+    Witnessed {
+        peer: String,
+        origin: String,
+        size: u64,
+    },
     /// The anchor puller took `anchors` verified anchors from `peer` (pulled at most once per
     /// heartbeat).
     AnchorsPulled {

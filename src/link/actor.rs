@@ -56,10 +56,21 @@ pub struct Serve {
     anchors: Arc<AnchorService>,
 }
 
+impl Serve {
+    fn witness(&self) -> &super::witness::WitnessService {
+        self.anchors.witness()
+    }
+}
+
 impl super::wire::Handler for Serve {
     async fn handle(&self, peer: &str, req: Request) -> Response {
         match req {
             Request::Ping { payload } => Response::Pong { payload },
+            Request::Witness {
+                note,
+                old_size,
+                lines,
+            } => self.witness().witness(peer, note, old_size, lines).await,
             Request::Anchors => match self.anchors.served().await {
                 Ok(v) => Response::Anchors {
                     anchors: v.as_ref().clone(),

@@ -38,15 +38,22 @@ pub struct AnchorService {
     /// however often peers ask).
     cache: Mutex<Option<(Millis, Served)>>,
     puller: RwLock<Option<ActorRef<AnchorMsg>>>,
+    /// Ledger witnessing rides the same heartbeat and links.
+    witness: super::witness::WitnessService,
 }
 
 impl AnchorService {
     pub fn new(ctx: SharedCtx) -> Arc<AnchorService> {
         Arc::new(AnchorService {
-            ctx,
+            ctx: ctx.clone(),
             cache: Mutex::new(None),
             puller: RwLock::new(None),
+            witness: super::witness::WitnessService::new(ctx.clone()),
         })
+    }
+
+    pub fn witness(&self) -> &super::witness::WitnessService {
+        &self.witness
     }
 
     fn heartbeat_ms(&self) -> Millis {
@@ -163,6 +170,7 @@ pub struct AnchorPuller;
 
 pub struct PullerState {
     ctx: SharedCtx,
+    service: Arc<AnchorService>,
     current: Current,
     peers: BTreeMap<String, Peer>,
     core: Remote,
@@ -252,6 +260,7 @@ impl Actor for AnchorPuller {
         let _ = myself.cast(AnchorMsg::Tick);
         Ok(PullerState {
             ctx: a.ctx,
+            service: a.service,
             current: a.current,
             peers: a.peers.into_iter().map(|p| (p.name.clone(), p)).collect(),
             core: Remote::default(),
@@ -309,6 +318,12 @@ impl Actor for AnchorPuller {
                         },
                         span,
                     ));
+                }
+                // Ledger witnessing: this host's checkpoints to every linked peer.
+                for name in st.peers.keys() {
+                    let Some(conn) = st.conn(name) else { continue };
+                    let (svc, name) = (st.service.clone(), name.clone());
+                    tokio::spawn(async move { svc.witness().submit(&name, &conn).await });
                 }
                 let hb = st.ctx.config().drift.heartbeat_secs.max(1) * 1000;
                 st.timer

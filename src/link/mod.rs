@@ -10,3 +10,4 @@ pub mod anchors;
 pub mod endpoint;
 pub mod tls;
 pub mod wire;
+pub mod witness;

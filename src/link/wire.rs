@@ -32,6 +32,13 @@ pub enum Request {
     },
     /// The drift anchors of the identities homed on the answering host (pull-only).
     Anchors,
+    /// Witness this checkpoint (a signed note): `lines` extend what the witness holds at
+    /// `old_size` to it (the header first when `old_size` is 0).
+    Witness {
+        note: String,
+        old_size: u64,
+        lines: Vec<String>,
+    },
     /// `home` signed both `lines` (two anchors of `identity`, one UTC day, different roles).
     Equivocation {
         home: String,
@@ -55,6 +62,14 @@ pub enum Response {
     },
     /// A report was checked and taken.
     Noted,
+    /// The witness persisted the checkpoint: its signature line over the checkpoint body.
+    Cosigned {
+        signature: String,
+    },
+    /// The witness holds another size for this origin.
+    WitnessConflict {
+        size: u64,
+    },
     /// The request was not served: what was refused, why, and what would be accepted.
     Refused {
         refused: String,
@@ -122,13 +137,14 @@ impl Handler for Basic {
     async fn handle(&self, _peer: &str, req: Request) -> Response {
         match req {
             Request::Ping { payload } => Response::Pong { payload },
-            Request::Deliver { .. } | Request::Anchors | Request::Equivocation { .. } => {
-                Response::Refused {
-                    refused: "a fleet request".into(),
-                    why: "this endpoint serves pings only".into(),
-                    accepted: "Ping".into(),
-                }
-            }
+            Request::Deliver { .. }
+            | Request::Anchors
+            | Request::Equivocation { .. }
+            | Request::Witness { .. } => Response::Refused {
+                refused: "a fleet request".into(),
+                why: "this endpoint serves pings only".into(),
+                accepted: "Ping".into(),
+            },
         }
     }
 }

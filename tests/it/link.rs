@@ -12,7 +12,7 @@ pub struct Host {
     name: &'static str,
     addr: String,
     pub key_file: std::path::PathBuf,
-    public: String,
+    pub public: String,
     _dir: tempfile::TempDir,
 }
 

@@ -12,3 +12,4 @@ mod mail;
 mod mcp;
 mod netns;
 mod supervision;
+mod witness;

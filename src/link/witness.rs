@@ -1,0 +1,309 @@
+//! Ledger witnessing over the links (the shell of `ledger::witness`): as a witness, judge a
+//! peer's checkpoint with the entries that extend what this host last cosigned for it, persist
+//! the new state (`STATE/witness/*.json`, fsynced) before answering with a cosignature, and on
+//! an equivocation keep both checkpoints, alert, and refuse the peer from then on. As a
+//! submitter, once per heartbeat, send each linked peer this host's checkpoints beyond what it
+//! has witnessed, and keep its latest cosignature (`STATE/witness-cosigs/PEER.note`).
+//!
+//! Must never answer before the witnessed state is on disk.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use fleetd_actors::ctx::SharedCtx;
+use fleetd_actors::events::EventKind;
+use fleetd_actors::ledger::witness::{Verdict, Witnessed, judge, open_checkpoint};
+
+use super::wire::{self, Request, Response};
+
+/// At most this many witness requests to one peer per heartbeat.
+const MAX_ROUNDS: usize = 64;
+
+pub struct WitnessService {
+    ctx: SharedCtx,
+    /// One judgement at a time.
+    lock: tokio::sync::Mutex<()>,
+    /// What each peer has witnessed of this host's ledger, as far as this host knows.
+    witnessed_by: Mutex<HashMap<String, u64>>,
+    /// Peers with a submission under way (one at a time each).
+    busy: Mutex<std::collections::HashSet<String>>,
+}
+
+fn file_of(dir: &Path, origin: &str) -> PathBuf {
+    let safe: String = origin
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    dir.join(format!("{safe}.json"))
+}
+
+/// Every witnessed state held in a state dir (for `ledger verify --witness`).
+pub fn load_all(state_dir: &Path) -> std::io::Result<Vec<Witnessed>> {
+    let mut out = vec![];
+    let dir = state_dir.join("witness");
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for e in rd.flatten() {
+        if e.path().extension().is_some_and(|x| x == "json")
+            && let Ok(b) = std::fs::read(e.path())
+            && let Ok(w) = serde_json::from_slice::<Witnessed>(&b)
+        {
+            out.push(w);
+        }
+    }
+    Ok(out)
+}
+
+/// Write a file durably: a temporary beside it, fsync, rename, fsync the directory.
+fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+impl WitnessService {
+    pub fn new(ctx: SharedCtx) -> WitnessService {
+        WitnessService {
+            ctx,
+            lock: tokio::sync::Mutex::new(()),
+            witnessed_by: Mutex::new(HashMap::new()),
+            busy: Mutex::new(Default::default()),
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("fleetd/{}/witness", self.ctx.config().daemon.host)
+    }
+
+    /// A peer asks this host to witness its checkpoint.
+    pub async fn witness(
+        &self,
+        peer: &str,
+        note: String,
+        old_size: u64,
+        lines: Vec<String>,
+    ) -> Response {
+        let refuse = |why: String| {
+            Response::Refused {
+            refused: format!("a checkpoint from {peer} to witness"),
+            why,
+            accepted: "a checkpoint signed by the peer's host key, with the entries that extend what this host witnessed".into(),
+        }
+        };
+        let c = self.ctx.config();
+        let Some(key) = c
+            .peers
+            .get(peer)
+            .and_then(|p| fleetd_actors::keys::parse_public(&p.public_key).ok())
+        else {
+            return refuse("not a configured peer".into());
+        };
+        let Some(origin) = note.lines().next().map(str::to_string) else {
+            return refuse("an empty checkpoint".into());
+        };
+        let _g = self.lock.lock().await;
+        let dir = self.ctx.state_dir.join("witness");
+        let path = file_of(&dir, &origin);
+        let prev: Option<Witnessed> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let (p2, n2, k2) = (peer.to_string(), note.clone(), key);
+        let verdict = match tokio::task::spawn_blocking(move || {
+            judge(prev.as_ref(), &p2, &k2, &n2, old_size, &lines)
+        })
+        .await
+        {
+            Ok(v) => v,
+            Err(e) => return refuse(e.to_string()),
+        };
+        let save = |w: &Witnessed| {
+            let (path, body) = (
+                path.clone(),
+                serde_json::to_vec_pretty(w).unwrap_or_default(),
+            );
+            tokio::task::spawn_blocking(move || write_durable(&path, &body))
+        };
+        match verdict {
+            Verdict::Cosign(w) => {
+                if !matches!(save(&w).await, Ok(Ok(()))) {
+                    return refuse("this host could not persist the witnessed state".into());
+                }
+                self.ctx.events.emit(EventKind::Witnessed {
+                    peer: peer.to_string(),
+                    origin: w.origin.clone(),
+                    size: w.size,
+                });
+                let body = note
+                    .rfind("\n\n")
+                    .map(|i| &note[..i + 1])
+                    .unwrap_or_default();
+                let signed = fleetd_actors::keys::sign_note(body, &self.name(), &self.ctx.host_key);
+                let sig = signed.lines().last().unwrap_or_default().to_string();
+                Response::Cosigned { signature: sig }
+            }
+            Verdict::Conflict { size } => Response::WitnessConflict { size },
+            Verdict::Refuse(why) => {
+                tracing::warn!(%peer, %origin, %why, "a checkpoint was refused");
+                if why.contains("does not extend") {
+                    fleetd_actors::drift::service::raise(
+                        &self.ctx,
+                        peer,
+                        "WITNESS",
+                        format!("the ledger {origin} of `{peer}` no longer extends what this host witnessed: {why}"),
+                    )
+                    .await;
+                }
+                refuse(why)
+            }
+            Verdict::Equivocation(w) => {
+                let _ = save(&w).await;
+                let text = format!(
+                    "equivocation: `{peer}` signed two checkpoints of {origin} at size {} with different heads; both are kept in {} and `{peer}` is refused from now on",
+                    w.size,
+                    path.display()
+                );
+                fleetd_actors::drift::service::raise(&self.ctx, peer, "WITNESS", text.clone())
+                    .await;
+                refuse(text)
+            }
+        }
+    }
+
+    /// Submit this host's checkpoints to `peer` (called once per heartbeat per linked peer).
+    pub async fn submit(&self, peer: &str, conn: &quinn::Connection) {
+        if !self
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer.to_string())
+        {
+            return;
+        }
+        self.submit_inner(peer, conn).await;
+        self.busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(peer);
+    }
+
+    async fn submit_inner(&self, peer: &str, conn: &quinn::Connection) {
+        let path = self.ctx.state_dir.join("ledger.jsonl");
+        let Ok(text) = tokio::fs::read_to_string(&path).await else {
+            return;
+        };
+        let key = self.ctx.host_key.verifying_key();
+        let mut header = None;
+        let mut entries: Vec<String> = vec![];
+        let mut checkpoints: Vec<(u64, String)> = vec![];
+        for (i, l) in text.lines().enumerate() {
+            if i == 0 {
+                header = Some(l.to_string());
+                continue;
+            }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
+                if let Some(n) = v.get("checkpoint").and_then(|n| n.as_str()) {
+                    if let Ok((_, size, _)) = open_checkpoint(n, &key) {
+                        checkpoints.push((size, n.to_string()));
+                    }
+                } else {
+                    entries.push(l.to_string());
+                }
+            }
+        }
+        let Some(header) = header else { return };
+        for _ in 0..MAX_ROUNDS {
+            let w = self
+                .witnessed_by
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(peer)
+                .copied()
+                .unwrap_or(0);
+            let Some((size, note)) = checkpoints
+                .iter()
+                .filter(|(s, _)| *s > w)
+                .min_by_key(|(s, _)| *s)
+                .cloned()
+            else {
+                return;
+            };
+            if size as usize > entries.len() {
+                return;
+            }
+            let mut lines = vec![];
+            if w == 0 {
+                lines.push(header.clone());
+            }
+            lines.extend(entries[w as usize..size as usize].iter().cloned());
+            let req = Request::Witness {
+                note: note.clone(),
+                old_size: w,
+                lines,
+            };
+            match wire::request(peer, conn, &req).await {
+                Ok(Response::Cosigned { signature }) => {
+                    self.witnessed_by
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(peer.to_string(), size);
+                    let p = self
+                        .ctx
+                        .state_dir
+                        .join("witness-cosigs")
+                        .join(format!("{peer}.note"));
+                    let body = format!("{note}{signature}\n");
+                    let _ = tokio::task::spawn_blocking(move || write_durable(&p, body.as_bytes()))
+                        .await;
+                }
+                Ok(Response::WitnessConflict { size: s }) => {
+                    self.witnessed_by
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(peer.to_string(), s);
+                    // It holds size `s`: show it this host's checkpoint of that size, if there
+                    // is one, so it compares the heads (a rewritten history shows here).
+                    if let Some((_, n)) = checkpoints.iter().find(|(x, _)| *x == s) {
+                        let r = wire::request(
+                            peer,
+                            conn,
+                            &Request::Witness {
+                                note: n.clone(),
+                                old_size: s,
+                                lines: vec![],
+                            },
+                        )
+                        .await;
+                        if !matches!(r, Ok(Response::Cosigned { .. })) {
+                            tracing::warn!(%peer, answer = ?r, "the witness did not take this host's checkpoint at the size it holds");
+                            return;
+                        }
+                    }
+                }
+                Ok(Response::Refused { why, .. }) => {
+                    tracing::warn!(%peer, %why, "the witness refused this host's checkpoint");
+                    return;
+                }
+                other => {
+                    tracing::debug!(%peer, answer = ?other, "witness request failed");
+                    return;
+                }
+            }
+        }
+    }
+}
