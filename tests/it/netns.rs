@@ -1,7 +1,8 @@
 //! Three hosts in Linux network namespaces made by the test (a bridge in its own namespace, a
 //! veth pair per host): they link up, a partitioned host is seen down by the other two while
 //! they stay linked, and it relinks when healed; 100 lead-to-lead messages sent to it while it
-//! is cut off arrive once each, in order, and each one's answer comes back. Without root (no namespaces) the same test runs
+//! is cut off arrive once each, in order, and each one's answer comes back; and a host that
+//! signs two anchors for one identity on one day with different roles alerts both other leads. Without root (no namespaces) the same test runs
 //! on 127.0.0.x and makes the partition by stopping the host's process (SIGSTOP), saying so.
 
 use std::process::Command;
@@ -132,6 +133,7 @@ fn config(me: &Host, all: &[&Host]) -> Config {
     c.link.idle_timeout_secs = 3;
     c.link.backoff_min_ms = 100;
     c.link.backoff_max_ms = 1_000;
+    c.drift.heartbeat_secs = 1;
     for p in all.iter().filter(|p| p.name != me.name) {
         c.peers.insert(
             p.name.into(),
@@ -243,6 +245,44 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
             v["reply"]["text"],
             format!("sum of 2 numbers = {}", i + 2),
             "{v}"
+        );
+    }
+    // c signs two anchors for its identity `x` on one UTC day with different roles: the
+    // leads on a and b are both alerted, with both signed lines.
+    let key = fleetd_actors::keys::load(&hosts[2].key_file).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let kb = ds[2].state.join("kb");
+    let mut lines = vec![];
+    for (i, role) in ["code reviewer", "release manager"].iter().enumerate() {
+        let l = fleetd_actors::drift::line::sign(
+            &fleetd_actors::drift::line::NewLine {
+                ts_ms: now + i as u64,
+                tick: i as u64 + 1,
+                kind: Some(fleetd_actors::drift::line::Kind::Fencepost),
+                baseline: Some(role.to_string()),
+                ..Default::default()
+            },
+            &key,
+        );
+        fleetd_actors::drift::kb::append(&kb, "x", &fleetd_actors::drift::kb::date_of(now), &l)
+            .unwrap();
+        lines.push(l);
+    }
+    for e in [&mut ea, &mut eb] {
+        let alert = e
+            .until("the equivocation alert", |x| {
+                matches!(&x.kind, EventKind::DriftAlert { peer, rule, .. } if peer == "x@c" && rule == "G3")
+            })
+            .await;
+        let EventKind::DriftAlert { text, .. } = &alert.kind else {
+            unreachable!()
+        };
+        assert!(
+            text.contains(&lines[0]) && text.contains(&lines[1]),
+            "{text}"
         );
     }
     drop(ds);
