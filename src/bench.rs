@@ -31,8 +31,9 @@ use crate::daemon::Daemon;
 pub struct BenchArgs {
     /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends),
     /// `drift` (a puller pass over many peers with signed anchors), `link` (a request over a
-    /// peer link against a raw quinn echo) or `mail` (lead-to-lead mail between two daemons
-    /// against a raw quinn echo and redb commits).
+    /// peer link against a raw quinn echo), `mail` (lead-to-lead mail between two daemons
+    /// against a raw quinn echo and redb commits) or `anchors` (one anchor pull of `--peers`
+    /// remote identities against a raw echo of the same bytes and bare signature checks).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -58,6 +59,7 @@ pub enum Which {
     Drift,
     Link,
     Mail,
+    Anchors,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -1026,6 +1028,192 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One anchor pull of `args.peers` remote identities: the home host reads its KB for its served
+/// anchors, answers one `Anchors` request over a real link, and the puller verifies every line
+/// against the home key and runs G3 across hosts on them. Baselines in the same run: a raw quinn
+/// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
+async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::link::endpoint::{Endpoint, Peer};
+    use crate::link::wire::{self, Request, Response};
+    use fleetd_actors::drift::line::{self, Kind, NewLine};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let kb = dir.path().join("kb");
+    let home = fleetd_actors::keys::generate();
+    let now = fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock);
+    let day = fleetd_actors::drift::kb::date_of(now);
+    for i in 0..args.peers {
+        let l = line::sign(
+            &NewLine {
+                ts_ms: now,
+                tick: 1,
+                kind: Some(Kind::Fencepost),
+                baseline: Some(format!("worker on service {i}")),
+                ..Default::default()
+            },
+            &home,
+        );
+        fleetd_actors::drift::kb::append_unsynced(&kb, &format!("w{i}"), &day, &l)?;
+    }
+    let key = home.verifying_key();
+    struct Served(Vec<(String, String)>);
+    impl wire::Handler for Served {
+        async fn handle(&self, _: &str, req: Request) -> Response {
+            match req {
+                Request::Anchors => Response::Anchors {
+                    anchors: self.0.clone(),
+                },
+                Request::Ping { payload } => Response::Pong { payload },
+                _ => Response::Noted,
+            }
+        }
+    }
+    let ka = fleetd_actors::keys::generate();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
+    let eb = std::sync::Arc::new(Endpoint::bind(
+        any,
+        home.clone(),
+        "home".into(),
+        vec![Peer {
+            name: "puller".into(),
+            addr: any,
+            key: ka.verifying_key(),
+        }],
+        k,
+        d,
+    )?);
+    let ea = Endpoint::bind(
+        any,
+        ka,
+        "puller".into(),
+        vec![Peer {
+            name: "home".into(),
+            addr: eb.local_addr()?,
+            key,
+        }],
+        k,
+        d,
+    )?;
+    let n = args.iterations.clamp(1, 50);
+    let (mut read_t, mut pull_t, mut verify_t, mut total_t, mut raw_t, mut sig_t) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let e2 = eb.clone();
+    let (kb2, key2) = (kb.clone(), key);
+    let first = fleetd_actors::drift::kb::served_anchors(&kb2, &key2, 3)?;
+    anyhow::ensure!(
+        first.len() == args.peers,
+        "served {} of {}",
+        first.len(),
+        args.peers
+    );
+    let bytes = crate::codec::encode(&Response::Anchors {
+        anchors: first.clone(),
+    })?
+    .len();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            tokio::spawn(wire::serve(
+                l.peer,
+                l.conn,
+                std::sync::Arc::new(Served(first)),
+            ));
+        }
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let p = ea.peers()[0].clone();
+    let ours = ea.dial(&p).await?;
+    let raw = ea.dial(&p).await?;
+    let payload = vec![7u8; bytes];
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let (kb3, key3) = (kb.clone(), key);
+        let served = tokio::task::spawn_blocking(move || {
+            fleetd_actors::drift::kb::served_anchors(&kb3, &key3, 3)
+        })
+        .await??;
+        read_t.push(t0.elapsed());
+        anyhow::ensure!(served.len() == args.peers);
+        let t1 = Instant::now();
+        let r = wire::request("home", &ours.conn, &Request::Anchors).await?;
+        pull_t.push(t1.elapsed());
+        let Response::Anchors { anchors } = r else {
+            anyhow::bail!("unexpected answer")
+        };
+        let t2 = Instant::now();
+        let verified: Vec<_> = anchors
+            .into_iter()
+            .filter_map(|(id, l)| {
+                line::check(&l, std::slice::from_ref(&key))
+                    .ok()
+                    .map(|v| (id, v, l))
+            })
+            .collect();
+        let mut core = fleetd_actors::drift::remote::Remote::default();
+        let found = core.absorb("home", verified, now);
+        anyhow::ensure!(found.is_empty() && core.latest().len() == args.peers);
+        verify_t.push(t2.elapsed());
+        total_t.push(t0.elapsed());
+        // Baselines: the same bytes echoed raw, and the same signatures checked alone.
+        let t = Instant::now();
+        let (mut send, mut recv) = raw.conn.open_bi().await?;
+        send.write_all(&payload).await?;
+        send.finish()?;
+        recv.read_to_end(8 << 20).await?;
+        raw_t.push(t.elapsed());
+        let parsed: Vec<line::Parsed> = served
+            .iter()
+            .filter_map(|(_, l)| line::parse(l, std::slice::from_ref(&key)).ok())
+            .collect();
+        let t = Instant::now();
+        for p in &parsed {
+            anyhow::ensure!(p.key.verify_strict(&p.message, &p.sig).is_ok());
+        }
+        sig_t.push(t.elapsed());
+    }
+    ea.shutdown().await;
+    eb.shutdown().await;
+    let rows = [
+        stats("raw quinn echo, same bytes (baseline)", raw_t),
+        stats("verify_strict of the lines (baseline)", sig_t),
+        stats("home: KB read of served anchors", read_t),
+        stats("Anchors request over the link", pull_t),
+        stats("puller: parse+verify+G3 across hosts", verify_t),
+        stats("whole pull", total_t),
+    ];
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"peers": args.peers, "bytes": bytes, "rows": rows})
+            )?
+        );
+    } else {
+        println!(
+            "one pull of {} remote identities ({} KiB on the wire)",
+            args.peers,
+            bytes / 1024
+        );
+        println!(
+            "{:<42} {:>5} {:>10} {:>10}",
+            "measurement", "n", "p50 µs", "p99 µs"
+        );
+        for s in &rows {
+            println!(
+                "{:<42} {:>5} {:>10.1} {:>10.1}",
+                s.name, s.n, s.p50_us, s.p99_us
+            );
+        }
+        println!(
+            "  -> request {:.2}x a raw echo of its bytes; verify+G3 {:.2}x the bare signature checks",
+            rows[3].p50_us / rows[0].p50_us,
+            rows[4].p50_us / rows[1].p50_us
+        );
+    }
+    Ok(())
+}
+
 /// `n` round trips of a raw quinn echo (200 B) over loopback.
 async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
     use crate::link::endpoint::{Endpoint, Peer};
@@ -1087,6 +1275,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Drift => return run_drift(&args).await,
         Which::Link => return run_link(&args).await,
         Which::Mail => return run_mail(&args).await,
+        Which::Anchors => return run_anchors(&args).await,
         Which::Fleet => {}
     }
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
