@@ -402,18 +402,7 @@ impl Fleet {
 
     /// Start a supervised child.
     pub async fn start_child(&self, spec: ChildSpec) -> Result<(), FleetError> {
-        let id = spec.id.clone();
-        match self
-            .sup
-            .call(|reply| SupervisorMsg::Start { spec, reply }, Some(CALL))
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
-            _ => Err(FleetError::unavailable(
-                format!("start of {id}"),
-                "the supervisor did not answer",
-            )),
-        }
+        crate::supervisor::actor::start_child(&self.sup, spec).await
     }
 
     /// Start the supervised record of an open decision (it rebuilds itself from the ledger).

@@ -15,7 +15,7 @@ use fleetd_actors::ctx::{SharedCtx, Timer};
 use fleetd_actors::error::FleetError;
 use fleetd_actors::events::EventKind;
 use fleetd_actors::link::state::{Backoff, Effect, LinkCore, Phase};
-use fleetd_actors::supervisor::actor::{ChildSpec, SupervisorMsg};
+use fleetd_actors::supervisor::actor::{ChildSpec, start_child};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use fleetd_actors::mail::actor::MailMsg;
@@ -185,22 +185,7 @@ impl Links {
                     })
                 }),
             };
-            match sup
-                .call(
-                    |reply| SupervisorMsg::Start { spec, reply },
-                    Some(Duration::from_secs(10)),
-                )
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
-                Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
-                _ => {
-                    return Err(FleetError::unavailable(
-                        "peer links",
-                        "the supervisor did not answer",
-                    ));
-                }
-            }
+            start_child(&sup, spec).await?;
         }
         let (e, a, c) = (endpoint.clone(), actors.clone(), ctx.clone());
         let acceptor = tokio::spawn(async move {
@@ -258,22 +243,7 @@ impl Links {
                 })
             }),
         };
-        match sup
-            .call(
-                |reply| SupervisorMsg::Start { spec, reply },
-                Some(Duration::from_secs(10)),
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
-            Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
-            _ => {
-                return Err(FleetError::unavailable(
-                    "the anchor puller",
-                    "the supervisor did not answer",
-                ));
-            }
-        }
+        start_child(&sup, spec).await?;
         Ok(Links {
             endpoint,
             acceptor,

@@ -14,7 +14,7 @@ use crate::drift::gates::{self, Index};
 use crate::drift::line::{Kind, NewLine};
 use crate::drift::service::{CachedAnchor, append, params, raise, read_index};
 use crate::error::FleetError;
-use crate::supervisor::actor::{ChildSpec, SupervisorMsg};
+use crate::supervisor::actor::ChildSpec;
 
 pub enum SchedulerMsg {
     /// A heartbeat: read the KB once, and have every peer's puller evaluate it.
@@ -195,22 +195,7 @@ async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>
             })
         }),
     };
-    match sup
-        .call(
-            |reply| SupervisorMsg::Start { spec, reply },
-            Some(Duration::from_secs(10)),
-        )
-        .await
-    {
-        Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
-        Ok(ractor::rpc::CallResult::Success(Err(e))) => return Err(e),
-        _ => {
-            return Err(FleetError::unavailable(
-                "a drift puller",
-                "the supervisor did not answer",
-            ));
-        }
-    }
+    crate::supervisor::actor::start_child(&sup, spec).await?;
     // The puller registered itself in pre_start.
     ctx.drift
         .puller(peer)

@@ -36,6 +36,24 @@ pub struct ChildSpec {
     pub on_down: Option<DownFn>,
 }
 
+/// Start `spec` under `sup` and wait (bounded) until it runs.
+pub async fn start_child(sup: &ActorRef<SupervisorMsg>, spec: ChildSpec) -> Result<(), FleetError> {
+    let id = spec.id.clone();
+    match sup
+        .call(
+            |reply| SupervisorMsg::Start { spec, reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(r)) => r,
+        _ => Err(FleetError::unavailable(
+            format!("start of {id}"),
+            "the supervisor did not answer",
+        )),
+    }
+}
+
 pub enum SupervisorMsg {
     /// Start a new child and keep it supervised.
     Start {
