@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use fleetd_actors::ctx::{SharedCtx, Timer};
-use fleetd_actors::drift::gates::same_role;
 use fleetd_actors::drift::line::{self, Valid};
-use fleetd_actors::drift::remote::{Equivocation, Remote, is_anchor};
+use fleetd_actors::drift::remote::{Equivocation, Remote, check_proof};
 use fleetd_actors::types::Millis;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -106,32 +105,7 @@ impl AnchorService {
                 .ok_or_else(|| format!("`{home}` is not a configured peer"))?;
             fleetd_actors::keys::parse_public(&p.public_key).map_err(|e| e.to_string())?
         };
-        fleetd_actors::types::MemberName::new(&identity).map_err(|e| e.to_string())?;
-        let [a, b] = <[String; 2]>::try_from(lines).map_err(|_| "a proof is two lines")?;
-        let va = line::check(&a, std::slice::from_ref(&key))
-            .map_err(|e| format!("the first line: {e}"))?;
-        let vb = line::check(&b, std::slice::from_ref(&key))
-            .map_err(|e| format!("the second line: {e}"))?;
-        let (ra, rb) = match (is_anchor(&va), is_anchor(&vb), &va.baseline, &vb.baseline) {
-            (true, true, Some(ra), Some(rb)) => (ra.clone(), rb.clone()),
-            _ => return Err("both lines must be anchors".into()),
-        };
-        let day = va.ts_ms / 86_400_000;
-        if day != vb.ts_ms / 86_400_000 || same_role(&ra, &rb) || a == b {
-            return Err("the two anchors are not on one UTC day with different roles".into());
-        }
-        let ((a, ra), (b, rb)) = if va.ts_ms <= vb.ts_ms {
-            ((a, ra), (b, rb))
-        } else {
-            ((b, rb), (a, ra))
-        };
-        let e = Equivocation {
-            home,
-            identity,
-            day,
-            lines: [a, b],
-            roles: [ra, rb],
-        };
+        let e = check_proof(home, identity, lines, &key)?;
         if let Some(p) = self
             .puller
             .read()

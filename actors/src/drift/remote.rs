@@ -25,6 +25,47 @@ pub const KEEP_MS: Millis = 2 * DAY_MS;
 /// At most this many anchors are kept per (home, identity).
 pub const MAX_PER_IDENTITY: usize = 64;
 
+/// Two anchors of one identity by one home host conflict: one UTC day, different roles.
+fn conflict(a_ts: Millis, a_role: &str, b_ts: Millis, b_role: &str) -> bool {
+    a_ts / DAY_MS == b_ts / DAY_MS && !same_role(a_role, b_role)
+}
+
+/// Check the proof of an equivocation another host reported: both `lines` verify against the
+/// home host's `key`, both are anchors, and they conflict. The proof lists the earlier first.
+pub fn check_proof(
+    home: String,
+    identity: String,
+    lines: Vec<String>,
+    key: &ed25519_dalek::VerifyingKey,
+) -> Result<Equivocation, String> {
+    crate::types::MemberName::new(&identity).map_err(|e| e.to_string())?;
+    let [a, b] = <[String; 2]>::try_from(lines).map_err(|_| "a proof is two lines")?;
+    if a == b {
+        return Err("the two lines are the same line".into());
+    }
+    let mut pair = vec![];
+    for (which, l) in [("first", a), ("second", b)] {
+        let v = crate::drift::line::check(&l, std::slice::from_ref(key))
+            .map_err(|e| format!("the {which} line: {e}"))?;
+        match v.baseline.clone() {
+            Some(role) if is_anchor(&v) => pair.push((v.ts_ms, role, l)),
+            _ => return Err(format!("the {which} line is not an anchor")),
+        }
+    }
+    pair.sort_by_key(|(ts, _, _)| *ts);
+    let [(ta, ra, la), (tb, rb, lb)] = <[_; 2]>::try_from(pair).map_err(|_| "two lines")?;
+    if !conflict(ta, &ra, tb, &rb) {
+        return Err("the two anchors are not on one UTC day with different roles".into());
+    }
+    Ok(Equivocation {
+        home,
+        identity,
+        day: ta / DAY_MS,
+        lines: [la, lb],
+        roles: [ra, rb],
+    })
+}
+
 /// Is this verified line an anchor (an identity statement of its own log)?
 pub fn is_anchor(v: &Valid) -> bool {
     matches!(v.kind, Kind::Fencepost | Kind::Reanchor)
@@ -99,7 +140,7 @@ impl Remote {
             let day = v.ts_ms / DAY_MS;
             if let Some(other) = held
                 .iter()
-                .find(|a| a.ts_ms / DAY_MS == day && !same_role(&a.role, &role))
+                .find(|a| conflict(a.ts_ms, &a.role, v.ts_ms, &role))
                 && self
                     .reported
                     .insert((home.to_string(), identity.clone(), day))
@@ -213,6 +254,35 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(r.latest().len(), 3);
+    }
+
+    #[test]
+    fn a_reported_proof_must_verify_and_conflict() {
+        let k = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+        let line = |ts, role: &str| {
+            crate::drift::line::sign(
+                &crate::drift::line::NewLine {
+                    ts_ms: ts,
+                    tick: 1,
+                    kind: Some(Kind::Fencepost),
+                    baseline: Some(role.into()),
+                    ..Default::default()
+                },
+                &k,
+            )
+        };
+        let t = 20 * DAY_MS;
+        let (a, b) = (line(t + 1, "reviewer"), line(t + 2, "release manager"));
+        let vk = k.verifying_key();
+        let e = check_proof("c".into(), "x".into(), vec![b.clone(), a.clone()], &vk).unwrap();
+        assert_eq!(e.lines, [a.clone(), b.clone()], "the earlier line first");
+        let other = ed25519_dalek::SigningKey::from_bytes(&[8; 32]).verifying_key();
+        assert!(check_proof("c".into(), "x".into(), vec![a.clone(), b.clone()], &other).is_err());
+        let next_day = line(t + DAY_MS, "release manager");
+        assert!(check_proof("c".into(), "x".into(), vec![a.clone(), next_day], &vk).is_err());
+        let same = line(t + 3, "reviewers");
+        assert!(check_proof("c".into(), "x".into(), vec![a.clone(), same], &vk).is_err());
+        assert!(check_proof("c".into(), "x".into(), vec![a], &vk).is_err());
     }
 
     #[test]
