@@ -9,11 +9,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use fleetd_actors::ctx::SharedCtx;
 use fleetd_actors::events::EventKind;
-use fleetd_actors::ledger::witness::{Verdict, Witnessed, judge, open_checkpoint};
+use fleetd_actors::ledger::witness::{Verdict, Witnessed, judge};
 
 use super::wire::{self, Request, Response};
 
@@ -28,6 +28,17 @@ pub struct WitnessService {
     witnessed_by: Mutex<HashMap<String, u64>>,
     /// Peers with a submission under way (one at a time each).
     busy: Mutex<std::collections::HashSet<String>>,
+    own: Mutex<Option<Arc<OwnLedger>>>,
+}
+
+/// This host's ledger, split for submission.
+struct OwnLedger {
+    /// The file length it was parsed at.
+    len: u64,
+    header: String,
+    entries: Vec<String>,
+    /// (size, signed note), in file order.
+    checkpoints: Vec<(u64, String)>,
 }
 
 fn file_of(dir: &Path, origin: &str) -> PathBuf {
@@ -84,6 +95,7 @@ impl WitnessService {
             lock: tokio::sync::Mutex::new(()),
             witnessed_by: Mutex::new(HashMap::new()),
             busy: Mutex::new(Default::default()),
+            own: Mutex::new(None),
         }
     }
 
@@ -160,15 +172,16 @@ impl WitnessService {
             Verdict::Conflict { size } => Response::WitnessConflict { size },
             Verdict::Refuse(why) => {
                 tracing::warn!(%peer, %origin, %why, "a checkpoint was refused");
-                if why.contains("does not extend") {
-                    fleetd_actors::drift::service::raise(
-                        &self.ctx,
-                        peer,
-                        "WITNESS",
-                        format!("the ledger {origin} of `{peer}` no longer extends what this host witnessed: {why}"),
-                    )
-                    .await;
-                }
+                refuse(why)
+            }
+            Verdict::Diverged(why) => {
+                fleetd_actors::drift::service::raise(
+                    &self.ctx,
+                    peer,
+                    "WITNESS",
+                    format!("the ledger {origin} of `{peer}` no longer extends what this host witnessed: {why}"),
+                )
+                .await;
                 refuse(why)
             }
             Verdict::Equivocation(w) => {
@@ -202,31 +215,56 @@ impl WitnessService {
             .remove(peer);
     }
 
-    async fn submit_inner(&self, peer: &str, conn: &quinn::Connection) {
+    /// This host's ledger as the submitter needs it, parsed again only when the file grew.
+    async fn ledger(&self) -> Option<Arc<OwnLedger>> {
         let path = self.ctx.state_dir.join("ledger.jsonl");
-        let Ok(text) = tokio::fs::read_to_string(&path).await else {
-            return;
-        };
-        let key = self.ctx.host_key.verifying_key();
-        let mut header = None;
+        let len = tokio::fs::metadata(&path).await.ok()?.len();
+        if len > fleetd_actors::ledger::actor::MAX_LEDGER_BYTES {
+            return None;
+        }
+        if let Some(l) = self
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .filter(|l| l.len == len)
+        {
+            return Some(l.clone());
+        }
+        let text = tokio::fs::read_to_string(&path).await.ok()?;
+        let mut lines = text.lines();
+        let header = lines.next()?.to_string();
         let mut entries: Vec<String> = vec![];
         let mut checkpoints: Vec<(u64, String)> = vec![];
-        for (i, l) in text.lines().enumerate() {
-            if i == 0 {
-                header = Some(l.to_string());
-                continue;
-            }
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
-                if let Some(n) = v.get("checkpoint").and_then(|n| n.as_str()) {
-                    if let Ok((_, size, _)) = open_checkpoint(n, &key) {
-                        checkpoints.push((size, n.to_string()));
+        for l in lines {
+            match serde_json::from_str::<serde_json::Value>(l) {
+                // Our own checkpoints: the writer signed them; only their size is read here.
+                Ok(v) => match v.get("checkpoint").and_then(|n| n.as_str()) {
+                    Some(n) => {
+                        if let Some(size) = n.lines().nth(1).and_then(|x| x.parse().ok()) {
+                            checkpoints.push((size, n.to_string()));
+                        }
                     }
-                } else {
-                    entries.push(l.to_string());
-                }
+                    None => entries.push(l.to_string()),
+                },
+                Err(_) => break, // a torn tail
             }
         }
-        let Some(header) = header else { return };
+        let parsed = Arc::new(OwnLedger {
+            len,
+            header,
+            entries,
+            checkpoints,
+        });
+        *self.own.lock().unwrap_or_else(|p| p.into_inner()) = Some(parsed.clone());
+        Some(parsed)
+    }
+
+    async fn submit_inner(&self, peer: &str, conn: &quinn::Connection) {
+        let Some(own) = self.ledger().await else {
+            return;
+        };
+        let (header, entries, checkpoints) = (&own.header, &own.entries, &own.checkpoints);
         for _ in 0..MAX_ROUNDS {
             let w = self
                 .witnessed_by

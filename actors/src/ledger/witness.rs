@@ -41,16 +41,18 @@ pub enum Verdict {
     Cosign(Witnessed),
     /// The submitter's idea of the witnessed size is wrong: it is this.
     Conflict { size: u64 },
-    /// The entries do not extend what was witnessed (history before it was changed), or the
-    /// request is malformed: refuse, saying why.
+    /// The request is malformed or not acceptable: refuse, saying why.
     Refuse(String),
+    /// The entries do not extend what was witnessed: the history before it was changed. Refuse
+    /// and alert.
+    Diverged(String),
     /// Two signed checkpoints of one origin and size, different heads: keep both (persist the
     /// updated `Witnessed`, which now refuses the peer), alert.
     Equivocation(Witnessed),
 }
 
 /// The parsed body of a checkpoint note signed by `key` as its origin.
-pub fn open_checkpoint(note: &str, key: &VerifyingKey) -> Result<(String, u64, [u8; 32]), String> {
+fn open_checkpoint(note: &str, key: &VerifyingKey) -> Result<(String, u64, [u8; 32]), String> {
     let origin = note
         .lines()
         .next()
@@ -98,6 +100,7 @@ pub fn judge(
         note: note.to_string(),
         equivocation: None,
     };
+    // The chain is followed as hex heads, as entries name their `prev`.
     let (mut at, mut cur, rest) = match prev {
         Some(w) if w.peer != peer => {
             return Verdict::Refuse(format!(
@@ -122,13 +125,7 @@ pub fn judge(
         Some(w) if size < w.size || old_size != w.size => {
             return Verdict::Conflict { size: w.size };
         }
-        Some(w) => {
-            let mut h = [0u8; 32];
-            for (i, b) in w.head.as_bytes().chunks(2).enumerate().take(32) {
-                h[i] = u8::from_str_radix(std::str::from_utf8(b).unwrap_or("zz"), 16).unwrap_or(0);
-            }
-            (w.size, h, lines)
-        }
+        Some(w) => (w.size, w.head.clone(), lines),
         None => {
             if old_size != 0 {
                 return Verdict::Conflict { size: 0 };
@@ -144,7 +141,7 @@ pub fn judge(
                     ));
                 }
             }
-            (0, hash(first), rest)
+            (0, hex(&hash(first)), rest)
         }
     };
     if rest.len() as u64 != size - at {
@@ -162,21 +159,20 @@ pub fn judge(
         if entry_line(&e) != *l {
             return Verdict::Refuse(format!("entry {} is not canonical", at + 1));
         }
-        if e.seq != at + 1 || e.prev != hex(&cur) {
-            return Verdict::Refuse(format!(
+        if e.seq != at + 1 || e.prev != cur {
+            return Verdict::Diverged(format!(
                 "entry {} does not extend the witnessed ledger (size {}, head {}): history before it was changed",
                 at + 1,
                 prev.map_or(0, |w| w.size),
                 prev.map_or(String::new(), |w| w.head.clone())
             ));
         }
-        cur = hash(l);
+        cur = hex(&hash(l));
         at += 1;
     }
-    if cur != head {
+    if cur != hex(&head) {
         return Verdict::Refuse(format!(
-            "the entries end at head {}, the checkpoint says {}",
-            hex(&cur),
+            "the entries end at head {cur}, the checkpoint says {}",
             hex(&head)
         ));
     }
@@ -287,7 +283,7 @@ mod tests {
         let n7 = note(&core_o, &k);
         assert!(matches!(
             judge(Some(&w5), "a", &vk, &n7, 5, &other[6..]),
-            Verdict::Refuse(r) if r.contains("does not extend")
+            Verdict::Diverged(r) if r.contains("does not extend")
         ));
         // A checkpoint of the same size with another head: equivocation, then refusal.
         let (_, core_o5) = ledger(5, "y");
