@@ -717,37 +717,49 @@ async fn raw_echo(conn: quinn::Connection) {
     }
 }
 
-async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
+/// Two endpoints on loopback that know each other: `b` (the answering side, keyed `kb`; shared
+/// so a task can accept on it) and `a` (the dialling side, keyed `ka`).
+fn endpoint_pair(
+    ka: &ed25519_dalek::SigningKey,
+    kb: &ed25519_dalek::SigningKey,
+) -> anyhow::Result<(
+    std::sync::Arc<crate::link::endpoint::Endpoint>,
+    crate::link::endpoint::Endpoint,
+)> {
     use crate::link::endpoint::{Endpoint, Peer};
-    use crate::link::wire::{self, Request, Response};
-    let (ka, kb) = (
-        fleetd_actors::keys::generate(),
-        fleetd_actors::keys::generate(),
-    );
     let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
     let peer = |name: &str, addr, key: &ed25519_dalek::SigningKey| Peer {
         name: name.into(),
         addr,
         key: key.verifying_key(),
     };
-    let (ka_, d) = (Duration::from_secs(5), Duration::from_secs(30));
     let eb = std::sync::Arc::new(Endpoint::bind(
         any,
         kb.clone(),
         "b".into(),
-        vec![peer("a", any, &ka)],
-        ka_,
+        vec![peer("a", any, ka)],
+        k,
         d,
     )?);
-    let baddr = eb.local_addr()?;
     let ea = Endpoint::bind(
         any,
         ka.clone(),
         "a".into(),
-        vec![peer("b", baddr, &kb)],
-        ka_,
+        vec![peer("b", eb.local_addr()?, kb)],
+        k,
         d,
     )?;
+    Ok((eb, ea))
+}
+
+async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::link::wire::{self, Request, Response};
+    let (ka, kb) = (
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    );
+    let (eb, ea) = endpoint_pair(&ka, &kb)?;
     // Two links: one served by fleetd's request loop, one by a bare quinn echo.
     let e2 = eb.clone();
     tokio::spawn(async move {
@@ -1033,7 +1045,6 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
 /// against the home key and runs G3 across hosts on them. Baselines in the same run: a raw quinn
 /// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
 async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
-    use crate::link::endpoint::{Endpoint, Peer};
     use crate::link::wire::{self, Request, Response};
     use fleetd_actors::drift::line::{self, Kind, NewLine};
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
@@ -1067,33 +1078,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let ka = fleetd_actors::keys::generate();
-    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
-    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
-    let eb = std::sync::Arc::new(Endpoint::bind(
-        any,
-        home.clone(),
-        "home".into(),
-        vec![Peer {
-            name: "puller".into(),
-            addr: any,
-            key: ka.verifying_key(),
-        }],
-        k,
-        d,
-    )?);
-    let ea = Endpoint::bind(
-        any,
-        ka,
-        "puller".into(),
-        vec![Peer {
-            name: "home".into(),
-            addr: eb.local_addr()?,
-            key,
-        }],
-        k,
-        d,
-    )?;
+    let (eb, ea) = endpoint_pair(&fleetd_actors::keys::generate(), &home)?;
     let n = args.iterations.clamp(1, 50);
     let (mut read_t, mut pull_t, mut verify_t, mut total_t, mut raw_t, mut sig_t) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
@@ -1136,7 +1121,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
         read_t.push(t0.elapsed());
         anyhow::ensure!(served.len() == args.peers);
         let t1 = Instant::now();
-        let r = wire::request("home", &ours.conn, &Request::Anchors).await?;
+        let r = wire::request("b", &ours.conn, &Request::Anchors).await?;
         pull_t.push(t1.elapsed());
         let Response::Anchors { anchors } = r else {
             anyhow::bail!("unexpected answer")
@@ -1216,36 +1201,9 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// `n` round trips of a raw quinn echo (200 B) over loopback.
 async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
-    use crate::link::endpoint::{Endpoint, Peer};
-    let (ka, kb) = (
-        fleetd_actors::keys::generate(),
-        fleetd_actors::keys::generate(),
-    );
-    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
-    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
-    let eb = std::sync::Arc::new(Endpoint::bind(
-        any,
-        kb.clone(),
-        "b".into(),
-        vec![Peer {
-            name: "a".into(),
-            addr: any,
-            key: ka.verifying_key(),
-        }],
-        k,
-        d,
-    )?);
-    let ea = Endpoint::bind(
-        any,
-        ka.clone(),
-        "a".into(),
-        vec![Peer {
-            name: "b".into(),
-            addr: eb.local_addr()?,
-            key: kb.verifying_key(),
-        }],
-        k,
-        d,
+    let (eb, ea) = endpoint_pair(
+        &fleetd_actors::keys::generate(),
+        &fleetd_actors::keys::generate(),
     )?;
     let e2 = eb.clone();
     tokio::spawn(async move {
