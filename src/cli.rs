@@ -511,8 +511,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             their_ticket,
             ticket,
         } => format!(
-            "mail #{envelope} from lead@{peer} (their {their_ticket}) handed to the lead as {}",
-            ticket.map(|t| t.to_string()).unwrap_or_default()
+            "mail #{envelope} from lead@{peer} (their {their_ticket}) handed to the lead as {ticket}"
         ),
         K::DriftLine {
             identity,

@@ -91,7 +91,7 @@ pub enum EventKind {
         peer: String,
         envelope: u64,
         their_ticket: TicketId,
-        ticket: Option<TicketId>,
+        ticket: TicketId,
     },
     /// This host witnessed `peer`'s ledger `origin` up to `size` (persisted, cosigned).
     Witnessed {

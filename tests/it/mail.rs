@@ -107,7 +107,7 @@ async fn a_lead_sends_to_another_hosts_lead_and_gets_its_answer_by_ticket() {
     let EventKind::MailHanded { ticket, .. } = &handed.kind else {
         unreachable!()
     };
-    let bt = db.ticket(&ticket.unwrap().to_string()).await;
+    let bt = db.ticket(&ticket.to_string()).await;
     assert_eq!(bt["from"], "lead@alpha", "{bt}");
     assert_eq!(bt["to"], "lead");
     assert_eq!(bt["origin"]["host"], "alpha");

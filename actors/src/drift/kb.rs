@@ -214,11 +214,11 @@ pub fn served_anchors(
         {
             continue;
         }
-        let Ok(mut ds) = dates(kb, &identity) else {
+        let Ok(ds) = dates(kb, &identity) else {
             continue;
         };
         let skip = ds.len().saturating_sub(days);
-        for d in ds.drain(..).skip(skip) {
+        for d in ds.into_iter().skip(skip) {
             let p = root.join(&identity).join(format!("{d}.jsonl"));
             if std::fs::metadata(&p).map_or(true, |m| m.len() > MAX_FILE) {
                 continue;

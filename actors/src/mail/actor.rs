@@ -108,12 +108,10 @@ impl MailState {
             .inbox
             .iter()
             .filter_map(|(peer, e)| match &e.item {
-                Item::Mail { from, body, .. } => Some(format!(
-                    "{from}@{peer} (their {}): {}",
-                    match &e.item {
-                        Item::Mail { ticket, .. } => ticket.to_string(),
-                        _ => String::new(),
-                    },
+                Item::Mail {
+                    from, body, ticket, ..
+                } => Some(format!(
+                    "{from}@{peer} (their {ticket}): {}",
                     crate::tickets::state::subject_of(body)
                 )),
                 Item::Update { .. } => None,
@@ -131,7 +129,7 @@ impl MailState {
             .unwrap_or_else(|p| p.into_inner()) = MailView { held, outbox };
     }
 
-    async fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
+    fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
         self.ctx.dir.tickets()
     }
 
@@ -165,7 +163,7 @@ impl MailState {
                         })
                         .collect();
                     if !updates.is_empty()
-                        && let Ok(desk) = self.desk().await
+                        && let Ok(desk) = self.desk()
                     {
                         let _ = desk
                             .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
@@ -233,7 +231,7 @@ impl MailState {
             })
             .collect();
         let applied = updates.is_empty()
-            || match self.desk().await {
+            || match self.desk() {
                 Ok(desk) => desk
                     .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
                     .await
@@ -263,7 +261,7 @@ impl MailState {
                                 peer: peer.clone(),
                                 envelope: env.seq,
                                 their_ticket: *ticket,
-                                ticket: Some(t),
+                                ticket: t,
                             });
                             true
                         }
@@ -523,7 +521,7 @@ impl Actor for MailActor {
                 st.perform(&myself, fx).await;
             }
             MailMsg::Report { ticket, update } => {
-                let t = match st.desk().await {
+                let t = match st.desk() {
                     Ok(d) => d
                         .call(|reply| DeskMsg::Get { ticket, reply }, CALL)
                         .await
@@ -545,7 +543,7 @@ impl Actor for MailActor {
                 }
             }
             MailMsg::Resync => {
-                let all = match st.desk().await {
+                let all = match st.desk() {
                     Ok(d) => d
                         .call(|reply| DeskMsg::All { reply }, CALL)
                         .await
