@@ -502,6 +502,9 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
         K::Witnessed { peer, origin, size } => {
             format!("witnessed {origin} of {peer} at size {size}")
         }
+        K::Cosigned { witness, size } => {
+            format!("{witness} cosigned this host's ledger at size {size}")
+        }
         K::AnchorsPulled { peer, anchors } => {
             format!("drift: pulled {anchors} verified anchors from {peer}")
         }

@@ -99,6 +99,11 @@ pub enum EventKind {
         origin: String,
         size: u64,
     },
+    /// `witness` cosigned this host's ledger up to `size`; its cosignature is kept.
+    Cosigned {
+        witness: String,
+        size: u64,
+    },
     /// The anchor puller took `anchors` verified anchors from `peer` (pulled at most once per
     /// heartbeat).
     AnchorsPulled {

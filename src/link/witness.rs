@@ -306,8 +306,17 @@ impl WitnessService {
                         .join("witness-cosigs")
                         .join(format!("{peer}.note"));
                     let body = format!("{note}{signature}\n");
-                    let _ = tokio::task::spawn_blocking(move || write_durable(&p, body.as_bytes()))
-                        .await;
+                    let kept =
+                        tokio::task::spawn_blocking(move || write_durable(&p, body.as_bytes()))
+                            .await;
+                    if matches!(kept, Ok(Ok(()))) {
+                        self.ctx.events.emit(EventKind::Cosigned {
+                            witness: peer.to_string(),
+                            size,
+                        });
+                    } else {
+                        tracing::warn!(%peer, size, "could not keep a witness's cosignature");
+                    }
                 }
                 Ok(Response::WitnessConflict { size: s }) => {
                     self.witnessed_by

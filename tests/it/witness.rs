@@ -48,6 +48,7 @@ async fn a_witness_catches_a_rewritten_ledger_and_an_equivocating_host() {
         x
     };
     let mut da = D::with(cfg(&a, &[&b])).await;
+    let mut ea = da.events().await;
     let db = D::with(cfg(&b, &[&a])).await;
     let mut eb = db.events().await;
     eb.until("beta sees alpha up", |e| link_event(e, "alpha", true))
@@ -76,6 +77,11 @@ async fn a_witness_catches_a_rewritten_ledger_and_an_equivocating_host() {
         "{out}"
     );
     // Alpha's cosignature from beta is kept beside its ledger.
+    ea.until(
+        "alpha keeps beta's cosignature",
+        |e| matches!(&e.kind, EventKind::Cosigned { witness, size: 2 } if witness == "beta"),
+    )
+    .await;
     let cosig = std::fs::read_to_string(da.state.join("witness-cosigs/beta.note")).unwrap();
     assert!(cosig.contains("— fleetd/beta/witness "), "{cosig}");
     // Alpha's operator stops it and rewrites its history, re-signing with alpha's own key.

@@ -160,13 +160,14 @@ pub async fn append(
 /// message to the lead.
 pub async fn raise(ctx: &Arc<Ctx>, peer: &str, rule: &str, text: String) {
     tracing::warn!(%peer, %rule, alert = %text, "drift alert");
-    ctx.events.emit(EventKind::DriftAlert {
+    // Kept before the event goes out, so whoever reacts to the event finds it in `/alerts`.
+    ctx.drift.push_alert(Alert {
+        at: ctx.now(),
         peer: peer.to_string(),
         rule: rule.to_string(),
         text: text.clone(),
     });
-    ctx.drift.push_alert(Alert {
-        at: ctx.now(),
+    ctx.events.emit(EventKind::DriftAlert {
         peer: peer.to_string(),
         rule: rule.to_string(),
         text: text.clone(),
