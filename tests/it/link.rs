@@ -1,6 +1,6 @@
 //! Peer links between real daemons on 127.0.0.x: they link up with pinned keys, see a killed
 //! peer go down and come back, and refuse a host whose key is not configured.
-//! (Network-namespace partitions come with the lead-to-lead mail of the multi-host issue.)
+//! (The three-host runs in network namespaces are in `netns.rs`.)
 
 use fleetd_actors::config::{Config, PeerConfig};
 use fleetd_actors::events::EventKind;
