@@ -750,6 +750,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 .unwrap_or_default(),
                             s(&v["ledger_vkey"])
                         );
+                        println!("  witness    cosigner key {}", s(&v["witness_vkey"]));
                         let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
                         println!(
                             "  decisions  {} open{}",

@@ -397,6 +397,11 @@ impl Ctx {
         format!("fleetd/{}/ledger", self.config().daemon.host)
     }
 
+    /// The cosigner name of this host's ledger witness: `fleetd/<host>/witness`.
+    pub fn witness_name(&self) -> String {
+        crate::keys::witness_name(&self.config().daemon.host)
+    }
+
     pub fn now(&self) -> Millis {
         self.clock.now()
     }

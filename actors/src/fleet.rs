@@ -243,9 +243,11 @@ pub struct DaemonStatus {
     pub open_tickets: usize,
     pub children: Vec<ChildView>,
     pub escalation: Option<String>,
-    /// The host's public key (base64) and its signed-note verifier key for the ledger.
+    /// The host's public key (base64), its signed-note verifier key for the ledger, and the
+    /// verifier key of its witness's `cosignature/v1` cosignatures.
     pub public_key: String,
     pub ledger_vkey: String,
+    pub witness_vkey: String,
     pub ledger: Option<LedgerStatus>,
     pub open_decisions: Vec<DecisionSummary>,
     /// The latest drift alerts (all of them: `GET /alerts`).
@@ -1476,6 +1478,10 @@ impl Fleet {
             public_key: crate::keys::public_text(&self.ctx.host_key.verifying_key()),
             ledger_vkey: crate::keys::vkey(
                 &self.ctx.ledger_origin(),
+                &self.ctx.host_key.verifying_key(),
+            ),
+            witness_vkey: crate::keys::cosigner_vkey(
+                &self.ctx.witness_name(),
                 &self.ctx.host_key.verifying_key(),
             ),
             ledger: match self.ctx.dir.ledger() {

@@ -99,10 +99,6 @@ impl WitnessService {
         }
     }
 
-    fn name(&self) -> String {
-        format!("fleetd/{}/witness", self.ctx.config().daemon.host)
-    }
-
     /// A peer asks this host to witness its checkpoint.
     pub async fn witness(
         &self,
@@ -165,9 +161,13 @@ impl WitnessService {
                     .rfind("\n\n")
                     .map(|i| &note[..i + 1])
                     .unwrap_or_default();
-                let signed = fleetd_actors::keys::sign_note(body, &self.name(), &self.ctx.host_key);
-                let sig = signed.lines().last().unwrap_or_default().to_string();
-                Response::Cosigned { signature: sig }
+                let signature = fleetd_actors::keys::cosign(
+                    body,
+                    &self.ctx.witness_name(),
+                    &self.ctx.host_key,
+                    self.ctx.now() / 1000,
+                );
+                Response::Cosigned { signature }
             }
             Verdict::Conflict { size } => Response::WitnessConflict { size },
             Verdict::Refuse(why) => {
@@ -296,6 +296,26 @@ impl WitnessService {
             };
             match wire::request(peer, conn, &req).await {
                 Ok(Response::Cosigned { signature }) => {
+                    let body = format!("{note}{signature}\n");
+                    let key = self
+                        .ctx
+                        .config()
+                        .peers
+                        .get(peer)
+                        .and_then(|p| fleetd_actors::keys::parse_public(&p.public_key).ok());
+                    let checked = key
+                        .ok_or_else(|| "it is no longer a configured peer".to_string())
+                        .and_then(|k| {
+                            fleetd_actors::keys::verify_cosignature(
+                                &body,
+                                &fleetd_actors::keys::witness_name(peer),
+                                &k,
+                            )
+                        });
+                    if let Err(why) = checked {
+                        tracing::warn!(%peer, size, %why, "a witness's cosignature was not kept");
+                        return;
+                    }
                     self.witnessed_by
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -305,7 +325,6 @@ impl WitnessService {
                         .state_dir
                         .join("witness-cosigs")
                         .join(format!("{peer}.note"));
-                    let body = format!("{note}{signature}\n");
                     let kept =
                         tokio::task::spawn_blocking(move || write_durable(&p, body.as_bytes()))
                             .await;

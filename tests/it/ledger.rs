@@ -519,7 +519,7 @@ async fn checkpoints_verify_with_the_reference_signed_note_implementation() {
     assert!(!run_with_stdin(&tool, &[&vkey], &forged).status.success());
 }
 
-fn build_go_verifier() -> std::path::PathBuf {
+pub fn build_go_verifier() -> std::path::PathBuf {
     let out = std::env::temp_dir().join(format!("fleetd-verify-note-{}", std::process::id()));
     let src = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -545,7 +545,7 @@ fn build_go_verifier() -> std::path::PathBuf {
     out
 }
 
-fn run_with_stdin(tool: &std::path::Path, args: &[&str], input: &str) -> std::process::Output {
+pub fn run_with_stdin(tool: &std::path::Path, args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;
     let mut c = std::process::Command::new(tool)
         .args(args)

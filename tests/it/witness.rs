@@ -2,7 +2,8 @@
 //! the entries between them, persisting before it cosigns); `ledger verify --witness` then
 //! catches a history that alpha's own operator rewrote and re-signed with alpha's key, and when
 //! alpha comes back with it, beta sees two signed checkpoints of one size with different heads:
-//! an equivocation, alerted, kept as proof, and alpha refused from then on.
+//! an equivocation, alerted, kept as proof, and alpha refused from then on. Beta's cosignature
+//! is a C2SP `cosignature/v1`, checked by an independent (Go) verifier.
 
 use fleetd_actors::events::EventKind;
 use fleetd_actors::ledger::state::{LedgerCore, entries};
@@ -84,6 +85,46 @@ async fn a_witness_catches_a_rewritten_ledger_and_an_equivocating_host() {
     .await;
     let cosig = std::fs::read_to_string(da.state.join("witness-cosigs/beta.note")).unwrap();
     assert!(cosig.contains("— fleetd/beta/witness "), "{cosig}");
+    // It is a C2SP `cosignature/v1` (timestamped, algorithm 0x04) by beta's witness key, as an
+    // independent verifier reads it: beta's published cosigner key accepts it, and it carries
+    // alpha's checkpoint as signed by alpha.
+    let tool = crate::ledger::build_go_verifier();
+    let st: Value = db.client.get("/status").await.unwrap();
+    let wkey = st["witness_vkey"].as_str().unwrap().to_string();
+    assert!(wkey.starts_with("fleetd/beta/witness+"), "{wkey}");
+    let out = crate::ledger::run_with_stdin(&tool, &[&wkey], &cosig);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("fleetd/alpha/ledger\n2\n"));
+    let alpha_vkey = da.client.get::<Value>("/status").await.unwrap()["ledger_vkey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        crate::ledger::run_with_stdin(&tool, &[&alpha_vkey], &cosig)
+            .status
+            .success()
+    );
+    // A cosignature that claims another time does not verify.
+    let line = cosig.lines().last().unwrap();
+    let b64 = line.rsplit_once(' ').unwrap().1;
+    use base64::Engine;
+    let mut blob = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    blob[11] ^= 1;
+    let retimed = cosig.replace(
+        b64,
+        &base64::engine::general_purpose::STANDARD.encode(&blob),
+    );
+    assert!(
+        !crate::ledger::run_with_stdin(&tool, &[&wkey], &retimed)
+            .status
+            .success()
+    );
     // Alpha's operator stops it and rewrites its history, re-signing with alpha's own key.
     da.signal(libc::SIGTERM);
     assert!(da.wait_exit(std::time::Duration::from_secs(20)).success());
