@@ -550,7 +550,9 @@ async fn peers(
         "listen": config.link.listen,
         "links": ctx.link_views(),
         "mail": *ctx.mail_view.read().unwrap_or_else(|p| p.into_inner()),
-        "remote_anchors": *ctx.remote_anchors.read().unwrap_or_else(|p| p.into_inner()),
+        "remote_anchors": fleetd_actors::drift::remote::latest_of(
+            &ctx.remote_anchors.read().unwrap_or_else(|p| p.into_inner())
+        ),
     })))
 }
 

@@ -299,7 +299,8 @@ pub struct Ctx {
     pub fault_hooks: RwLock<HashMap<String, FaultHook>>,
     /// The post office as it last published itself.
     pub mail_view: RwLock<crate::mail::actor::MailView>,
-    /// Each remote identity's latest anchor, as the anchor puller last published it.
+    /// Every anchor held of identities homed on other hosts (the anchor puller publishes them;
+    /// the drift pass runs the gates on them).
     pub remote_anchors: RwLock<Vec<crate::drift::remote::RemoteAnchor>>,
 }
 

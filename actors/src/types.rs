@@ -117,6 +117,15 @@ impl FromStr for Status {
 #[serde(transparent)]
 pub struct MemberName(String);
 
+/// An identity a drift line may speak about: a local identity (a member name), or one homed on
+/// another host, `IDENTITY@HOST` (both halves named like members).
+pub fn is_identity_ref(s: &str) -> bool {
+    match s.split_once('@') {
+        Some((id, host)) => MemberName::new(id).is_ok() && MemberName::new(host).is_ok(),
+        None => MemberName::new(s).is_ok(),
+    }
+}
+
 impl MemberName {
     pub const MAX_LEN: usize = 32;
 

@@ -216,7 +216,7 @@ impl PullerState {
             .ctx
             .remote_anchors
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = self.core.latest();
+            .unwrap_or_else(|p| p.into_inner()) = self.core.all();
     }
 }
 

@@ -81,7 +81,17 @@ impl Actor for DriftScheduler {
         let (kb_dir, trusted) = (st.ctx.kb_dir(), st.ctx.trusted_keys());
         let index = match tokio::task::spawn_blocking(move || read_index(&kb_dir, &trusted)).await?
         {
-            Ok(ix) => Arc::new(ix),
+            Ok(mut ix) => {
+                // Identities homed on other hosts, as the anchor puller last pulled them.
+                let remote = st
+                    .ctx
+                    .remote_anchors
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                gates::with_remote(&mut ix, &remote);
+                Arc::new(ix)
+            }
             Err(e) => {
                 // The whole KB is unreadable: pullers keep their cached anchors until next time.
                 tracing::warn!(error = %e, "the drift KB could not be read; keeping cached anchors, retrying next heartbeat");

@@ -13,6 +13,7 @@ use ed25519_dalek::VerifyingKey;
 use serde::Serialize;
 
 use crate::drift::line::{self, Kind, Valid};
+use crate::drift::remote::RemoteAnchor;
 use crate::types::Millis;
 
 const DAY_MS: Millis = 86_400_000;
@@ -210,6 +211,44 @@ pub fn index(s: &Snapshot, trusted: &[VerifyingKey]) -> Index {
     }
     out.about = about;
     out
+}
+
+/// Add the anchors of identities homed on other hosts (each verified against its home host's
+/// key before it got here) as owners named `IDENTITY@HOST`, so the gates run on them as on local
+/// identities: G1 was their signature check against the home key, G2 is the recency of their
+/// latest anchor, G3 weighs every report about them (their home's anchors and local observations
+/// of them), G4 compares the reader's own statements about them minute by minute. Local names
+/// cannot contain `@`, so the two never mix.
+pub fn with_remote(ix: &mut Index, anchors: &[RemoteAnchor]) {
+    let mut sorted: Vec<&RemoteAnchor> = anchors.iter().collect();
+    sorted.sort_by(|a, b| {
+        (&a.home, &a.identity, a.ts_ms, &a.line).cmp(&(&b.home, &b.identity, b.ts_ms, &b.line))
+    });
+    for a in sorted {
+        let owner = format!("{}@{}", a.identity, a.home);
+        let date = crate::drift::kb::date_of(a.ts_ms);
+        let file = ix
+            .owners
+            .entry(owner.clone())
+            .or_default()
+            .files
+            .entry(date.clone())
+            .or_default();
+        let at = At {
+            owner: owner.clone(),
+            path: format!("{}'s anchors of {} for {date}", a.home, a.identity),
+            lineno: file.len() + 1,
+            date,
+            v: a.valid.clone(),
+        };
+        file.push(at.clone());
+        ix.about.entry(owner).or_default().push(at);
+    }
+}
+
+/// Is `owner` an identity homed on another host (`IDENTITY@HOST`)?
+fn is_remote(owner: &str) -> bool {
+    owner.contains('@')
 }
 
 // ---- roles ---------------------------------------------------------------------------
@@ -456,9 +495,17 @@ pub fn evaluate(
                         .chain(role_terms(bb))
                         .collect::<Vec<_>>(),
                 );
+                // A remote identity's own home signing both is the cross-host equivocation:
+                // the anchor puller raises that with its proof, so it is listed here, not
+                // raised twice.
+                let what = if is_remote(peer) && a.owner == peer && b.owner == peer {
+                    "G3 equivocation (raised with its proof by the anchor puller)"
+                } else {
+                    "G3 conflict (same 24 h window)"
+                };
                 if seen_pairs.insert(key) {
                     alerts.push(format!(
-                        "G3 conflict (same 24 h window): {} says {ba:?}, {} says {bb:?} about {peer} on {}",
+                        "{what}: {} says {ba:?}, {} says {bb:?} about {peer} on {}",
                         a.place(),
                         b.place(),
                         &a.v.ts[..10.min(a.v.ts.len())]
@@ -1134,5 +1181,154 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An anchor of `identity` homed on `home`, signed by `home`'s key, as the anchor puller
+    /// holds it.
+    fn remote(home: &str, identity: &str, role: &str, ts: Millis) -> RemoteAnchor {
+        let k = SigningKey::from_bytes(&[6u8; 32]);
+        let l = sign(
+            &NewLine {
+                ts_ms: ts,
+                tick: 1,
+                kind: Some(Kind::Fencepost),
+                baseline: Some(role.into()),
+                ..Default::default()
+            },
+            &k,
+        );
+        let v = line::check(&l, &[k.verifying_key()]).unwrap();
+        RemoteAnchor {
+            home: home.into(),
+            identity: identity.into(),
+            role: role.into(),
+            ts_ms: ts,
+            line: l,
+            valid: v,
+        }
+    }
+
+    fn eval_with(kb: &Kb, anchors: &[RemoteAnchor], peer: &str, reader: Option<&str>) -> Report {
+        let mut ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        with_remote(&mut ix, anchors);
+        evaluate(&ix, peer, reader, &params(), None)
+    }
+
+    #[test]
+    fn remote_identities_go_through_g2_by_the_readers_clock() {
+        let kb = Kb::default();
+        let r = eval_with(
+            &kb,
+            &[remote("c", "x", "code reviewer", NOW - H)],
+            "x@c",
+            Some("lead"),
+        );
+        assert_eq!(
+            (r.g1, r.g2, r.verdict, r.anchor.as_deref()),
+            ("pass", "fresh", "trusted", Some("code reviewer")),
+            "{r:?}"
+        );
+        assert!(
+            peers(
+                &{
+                    let mut ix = index(&kb.snapshot(), &[]);
+                    with_remote(&mut ix, &[remote("c", "x", "r", NOW)]);
+                    ix
+                },
+                &params(),
+                Some("lead")
+            )
+            .contains(&"x@c".to_string())
+        );
+        // The latest of several anchors is the one read.
+        let r = eval_with(
+            &kb,
+            &[
+                remote("c", "x", "code reviewer", NOW - 50 * H),
+                remote("c", "x", "code reviewer, senior", NOW - 3 * 24 * H),
+            ],
+            "x@c",
+            None,
+        );
+        assert_eq!((r.g2, r.verdict), ("grace", "stale"), "{r:?}");
+        let r = eval_with(
+            &kb,
+            &[remote("c", "x", "code reviewer", NOW - 8 * 24 * H)],
+            "x@c",
+            None,
+        );
+        assert_eq!((r.g2, r.anchor.as_deref()), ("expired", None), "{r:?}");
+        // A host's anchor dated in the future is not used.
+        let r = eval_with(
+            &kb,
+            &[remote("c", "x", "code reviewer", NOW + H)],
+            "x@c",
+            None,
+        );
+        assert_eq!(r.anchor, None, "{r:?}");
+        assert!(r.alerts.iter().any(|a| a.starts_with("G2")), "{r:?}");
+    }
+
+    #[test]
+    fn g4_compares_the_readers_statements_with_a_remote_identitys_anchors() {
+        let mut kb = Kb::default();
+        // The local lead saw x@c drifting in the minute x's home says it anchored clean.
+        kb.observe(
+            "lead",
+            "x@c",
+            "code reviewer",
+            true,
+            NOW - 10 * 60_000 + 5_000,
+        );
+        let anchors = [remote("c", "x", "code reviewer", NOW - 10 * 60_000)];
+        let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
+        assert_eq!((r.g4, r.verdict), ("alert", "untrusted"), "{r:?}");
+        assert!(
+            r.alerts
+                .iter()
+                .any(|a| a.starts_with("G4 alert") && a.contains("c's anchors of x")),
+            "{r:?}"
+        );
+        // In another minute there is nothing to compare.
+        let mut kb = Kb::default();
+        kb.observe("lead", "x@c", "code reviewer", true, NOW - 20 * 60_000);
+        let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
+        assert_eq!(r.g4, "n/a", "{r:?}");
+    }
+
+    #[test]
+    fn g3_on_a_remote_identity_weighs_local_observations_and_lists_the_equivocation_once() {
+        // A local observation naming another role the same day: a conflict, raised here.
+        let mut kb = Kb::default();
+        kb.observe("lead", "x@c", "release manager", false, NOW - 2 * H);
+        let anchors = [remote("c", "x", "code reviewer", NOW - H)];
+        let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
+        assert_eq!((r.g3, r.verdict), ("conflict", "untrusted"), "{r:?}");
+        assert!(
+            r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
+            "{r:?}"
+        );
+        assert_eq!(r.reporters, vec!["lead".to_string(), "x@c".to_string()]);
+        // Its home signing two roles the same day: untrusted, but not raised a second time
+        // (the anchor puller raises it with the proof).
+        let both = [
+            remote("c", "x", "code reviewer", NOW - 2 * H),
+            remote("c", "x", "release manager", NOW - H),
+        ];
+        let r = eval_with(&Kb::default(), &both, "x@c", Some("lead"));
+        assert_eq!((r.g3, r.verdict), ("conflict", "untrusted"), "{r:?}");
+        assert!(
+            !r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
+            "{r:?}"
+        );
+        assert!(
+            r.alerts.iter().any(|a| a.starts_with("G3 equivocation")),
+            "{r:?}"
+        );
+        // Agreeing reports: consensus.
+        let mut kb = Kb::default();
+        kb.observe("lead", "x@c", "code reviewer", false, NOW - 2 * H);
+        let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
+        assert_eq!((r.g3, r.verdict), ("consensus", "trusted"), "{r:?}");
     }
 }

@@ -218,7 +218,7 @@ pub fn parse(line: &str, trusted: &[VerifyingKey]) -> Result<Parsed, String> {
     let clean = delta.is_null();
     let subject = match o.get("subject") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) if crate::types::MemberName::new(s).is_ok() => Some(s.clone()),
+        Some(Value::String(s)) if crate::types::is_identity_ref(s) => Some(s.clone()),
         Some(Value::String(s)) => return Err(format!("`subject` {s:?} is not an identity name")),
         Some(other) => {
             return Err(format!(

@@ -73,13 +73,16 @@ pub fn is_anchor(v: &Valid) -> bool {
         && v.subject.is_none()
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RemoteAnchor {
     pub home: String,
     pub identity: String,
     pub role: String,
     pub ts_ms: Millis,
     pub line: String,
+    /// The line as verified against its home host's key (what the local gates read).
+    #[serde(skip)]
+    pub valid: Valid,
 }
 
 /// Two anchors of one identity by one home host in one UTC day, with different roles.
@@ -159,6 +162,7 @@ impl Remote {
                 role,
                 ts_ms: v.ts_ms,
                 line,
+                valid: v,
             });
         }
         self.prune(now);
@@ -187,11 +191,25 @@ impl Remote {
 
     /// Each remote identity's latest anchor.
     pub fn latest(&self) -> Vec<RemoteAnchor> {
-        self.held
-            .values()
-            .filter_map(|v| v.iter().max_by_key(|a| a.ts_ms).cloned())
-            .collect()
+        latest_of(&self.all())
     }
+
+    /// Every anchor held, by home, identity and time.
+    pub fn all(&self) -> Vec<RemoteAnchor> {
+        self.held.values().flatten().cloned().collect()
+    }
+}
+
+/// The latest of each (home, identity)'s anchors among `all`.
+pub fn latest_of(all: &[RemoteAnchor]) -> Vec<RemoteAnchor> {
+    let mut by: BTreeMap<(&str, &str), &RemoteAnchor> = BTreeMap::new();
+    for a in all {
+        let e = by.entry((&a.home, &a.identity)).or_insert(a);
+        if a.ts_ms > e.ts_ms {
+            *e = a;
+        }
+    }
+    by.into_values().cloned().collect()
 }
 
 #[cfg(test)]

@@ -414,7 +414,13 @@ impl Fleet {
         let subject = subject.ok_or_else(|| {
             FleetError::invalid(what, "`subject` is missing", "the identity you observed")
         })?;
-        crate::types::MemberName::new(&subject)?;
+        if !crate::types::is_identity_ref(&subject) {
+            return Err(FleetError::invalid(
+                what,
+                format!("`subject` {subject:?} is not an identity"),
+                "an identity name of this host, or IDENTITY@HOST for one homed on a peer",
+            ));
+        }
         if caller
             .party()
             .and_then(|p| p.member().map(|m| m.to_string()))
