@@ -1042,7 +1042,8 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// One anchor pull of `args.peers` remote identities: the home host reads its KB for its served
 /// anchors, answers one `Anchors` request over a real link, and the puller verifies every line
-/// against the home key and runs G3 across hosts on them. Baselines in the same run: a raw quinn
+/// against the home key and runs G3 across hosts on them, and the local gates (G1-G4) then run on
+/// them as the drift pass does. Baselines in the same run: a raw quinn
 /// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
 async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
     use crate::link::wire::{self, Request, Response};
@@ -1080,8 +1081,12 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let (eb, ea) = endpoint_pair(&fleetd_actors::keys::generate(), &home)?;
     let n = args.iterations.clamp(1, 50);
-    let (mut read_t, mut pull_t, mut verify_t, mut total_t, mut raw_t, mut sig_t) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut read_t, mut pull_t, mut verify_t, mut total_t, mut raw_t, mut sig_t, mut gates_t) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let params = fleetd_actors::drift::gates::Params::from_config(
+        &fleetd_actors::config::Config::default().drift,
+        now,
+    );
     let e2 = eb.clone();
     let (kb2, key2) = (kb.clone(), key);
     let first = fleetd_actors::drift::kb::served_anchors(&kb2, &key2, 3)?;
@@ -1127,19 +1132,24 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
             anyhow::bail!("unexpected answer")
         };
         let t2 = Instant::now();
-        let verified: Vec<_> = anchors
-            .into_iter()
-            .filter_map(|(id, l)| {
-                line::check(&l, std::slice::from_ref(&key))
-                    .ok()
-                    .map(|v| (id, v, l))
-            })
-            .collect();
+        let (verified, dropped) =
+            fleetd_actors::drift::remote::verify_served(anchors, &key, usize::MAX);
+        anyhow::ensure!(dropped.is_empty(), "dropped: {dropped:?}");
         let mut core = fleetd_actors::drift::remote::Remote::default();
         let found = core.absorb("home", verified, now);
         anyhow::ensure!(found.is_empty() && core.latest().len() == args.peers);
         verify_t.push(t2.elapsed());
         total_t.push(t0.elapsed());
+        // The local drift pass then runs G1-G4 on them as IDENTITY@HOME, as one reader.
+        let t = Instant::now();
+        let mut ix = fleetd_actors::drift::gates::Index::default();
+        fleetd_actors::drift::gates::with_remote(&mut ix, &core.all());
+        let reports = fleetd_actors::drift::gates::evaluate_all(&ix, Some("lead"), &params);
+        gates_t.push(t.elapsed());
+        anyhow::ensure!(
+            reports.len() == args.peers && reports.iter().all(|r| r.verdict == "trusted"),
+            "not every remote identity came out trusted"
+        );
         // Baselines: the same bytes echoed raw, and the same signatures checked alone.
         let t = Instant::now();
         let (mut send, mut recv) = raw.conn.open_bi().await?;
@@ -1166,6 +1176,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
         stats("Anchors request over the link", pull_t),
         stats("puller: parse+verify+G3 across hosts", verify_t),
         stats("whole pull", total_t),
+        stats("then: G1-G4 on them in the drift pass", gates_t),
     ];
     if args.json {
         println!(

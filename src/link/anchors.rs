@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use fleetd_actors::ctx::{SharedCtx, Timer};
-use fleetd_actors::drift::line::{self, Valid};
-use fleetd_actors::drift::remote::{Equivocation, Remote, check_proof};
+use fleetd_actors::drift::line::Valid;
+use fleetd_actors::drift::remote::{Equivocation, Remote, check_proof, verify_served};
 use fleetd_actors::types::Millis;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -220,6 +220,23 @@ impl PullerState {
     }
 }
 
+/// The equivocation proofs kept in `dir` (at most 10,000 files of at most 1 MiB each; a file
+/// that does not parse is skipped).
+fn kept_proofs(dir: &std::path::Path) -> Vec<Equivocation> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    rd.flatten()
+        .take(10_000)
+        .filter(|e| {
+            e.metadata()
+                .is_ok_and(|m| m.is_file() && m.len() <= 1 << 20)
+        })
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice(&b).ok())
+        .collect()
+}
+
 impl Actor for AnchorPuller {
     type Msg = AnchorMsg;
     type State = PullerState;
@@ -231,13 +248,23 @@ impl Actor for AnchorPuller {
         a: AnchorArgs,
     ) -> Result<PullerState, ActorProcessingErr> {
         *a.service.puller.write().unwrap_or_else(|p| p.into_inner()) = Some(myself.clone());
+        // The equivocations already raised (their proofs are kept) are not raised again after
+        // a restart, when the pulls find them anew.
+        let dir = a.ctx.state_dir.join("drift-proofs");
+        let kept = tokio::task::spawn_blocking(move || kept_proofs(&dir))
+            .await
+            .unwrap_or_default();
+        let mut core = Remote::default();
+        for e in &kept {
+            core.note(e);
+        }
         let _ = myself.cast(AnchorMsg::Tick);
         Ok(PullerState {
             ctx: a.ctx,
             service: a.service,
             current: a.current,
             peers: a.peers.into_iter().map(|p| (p.name.clone(), p)).collect(),
-            core: Remote::default(),
+            core,
             timer: Timer::new(),
         })
     }
@@ -271,15 +298,9 @@ impl Actor for AnchorPuller {
                             };
                             // Verified against the home host's key before anything else.
                             let verified = tokio::task::spawn_blocking(move || {
-                                let mut ok = vec![];
-                                for (identity, l) in lines.into_iter().take(MAX_SERVED) {
-                                    if fleetd_actors::types::MemberName::new(&identity).is_err() {
-                                        continue;
-                                    }
-                                    match line::check(&l, std::slice::from_ref(&key)) {
-                                        Ok(v) => ok.push((identity, v, l)),
-                                        Err(e) => tracing::warn!(%identity, error = %e, "a pulled anchor does not verify against its home host's key; dropped"),
-                                    }
+                                let (ok, dropped) = verify_served(lines, &key, MAX_SERVED);
+                                for (identity, why) in dropped {
+                                    tracing::warn!(%identity, error = %why, "a pulled anchor does not verify against its home host's key; dropped");
                                 }
                                 ok
                             })

@@ -63,7 +63,7 @@ async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_th
         x.drift.heartbeat_secs = 1;
         x
     };
-    let da = D::with(cfg(&a, &[&b, &c])).await;
+    let mut da = D::with(cfg(&a, &[&b, &c])).await;
     let db = D::with(cfg(&b, &[&a, &c])).await;
     let dc = D::with(cfg(&c, &[&a, &b])).await;
     da.spawn("lead", "primary", crate::mail::exec()).await;
@@ -197,4 +197,22 @@ async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_th
         let alerts: Value = d.client.get("/alerts").await.unwrap();
         assert!(alerts.to_string().contains("x@gamma"), "{alerts}");
     }
+    // Restarted, alpha pulls gamma's lines anew but does not raise again what its kept proof
+    // shows it raised already.
+    drop(ea);
+    da.kill9();
+    da.boot().await;
+    let mut ea = da.events().await;
+    let pulled = |x: &fleetd_actors::events::Event| matches!(&x.kind, EventKind::AnchorsPulled { peer, anchors } if peer == "gamma" && *anchors >= 3);
+    let p1 = ea
+        .until("alpha's first pull after the restart", pulled)
+        .await;
+    ea.after(p1.seq, "and the next one", pulled).await;
+    assert!(
+        !ea.seen.iter().any(
+            |x| matches!(&x.kind, EventKind::DriftAlert { peer, text, .. }
+            if peer == "x@gamma" && text.starts_with("equivocation"))
+        ),
+        "raised again after a restart"
+    );
 }

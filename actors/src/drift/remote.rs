@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::drift::gates::same_role;
 use crate::drift::line::{Kind, Valid};
@@ -66,6 +66,43 @@ pub fn check_proof(
     })
 }
 
+/// What a home host served, checked against its `key` before anything else looks at it: at most
+/// `max` lines, each naming a valid identity, parsed (G1) and verified in one batch (one by one
+/// only if the batch fails). Returns the good lines and, for each dropped one, its identity and
+/// why.
+#[allow(clippy::type_complexity)]
+pub fn verify_served(
+    served: Vec<(String, String)>,
+    key: &ed25519_dalek::VerifyingKey,
+    max: usize,
+) -> (Vec<(String, Valid, String)>, Vec<(String, String)>) {
+    let (mut parsed, mut dropped) = (vec![], vec![]);
+    for (identity, l) in served.into_iter().take(max) {
+        if let Err(e) = crate::types::MemberName::new(&identity) {
+            dropped.push((identity, e.to_string()));
+            continue;
+        }
+        match crate::drift::line::parse(&l, std::slice::from_ref(key)) {
+            Ok(p) => parsed.push((identity, p, l)),
+            Err(why) => dropped.push((identity, why)),
+        }
+    }
+    let refs: Vec<&crate::drift::line::Parsed> = parsed.iter().map(|(_, p, _)| p).collect();
+    let ok = crate::drift::line::verify_all(&refs);
+    let mut good = Vec::with_capacity(parsed.len());
+    for ((identity, p, l), ok) in parsed.into_iter().zip(ok) {
+        if ok {
+            good.push((identity, p.valid, l));
+        } else {
+            dropped.push((
+                identity,
+                "the signature does not verify (the line was altered or forged)".into(),
+            ));
+        }
+    }
+    (good, dropped)
+}
+
 /// Is this verified line an anchor (an identity statement of its own log)?
 pub fn is_anchor(v: &Valid) -> bool {
     matches!(v.kind, Kind::Fencepost | Kind::Reanchor)
@@ -86,7 +123,7 @@ pub struct RemoteAnchor {
 }
 
 /// Two anchors of one identity by one home host in one UTC day, with different roles.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Equivocation {
     pub home: String,
     pub identity: String,
@@ -138,6 +175,22 @@ impl Remote {
                 .entry((home.to_string(), identity.clone()))
                 .or_default();
             if held.iter().any(|a| a.line == line) {
+                continue;
+            }
+            // A line past what is kept is history: it is held only as the identity's latest
+            // anchor (G2 reads that) and never checked for equivocation, or a home that still
+            // serves it would have it raised again at every pull once its report was forgotten.
+            if v.ts_ms.saturating_add(KEEP_MS) < now {
+                if held.iter().all(|a| a.ts_ms < v.ts_ms) {
+                    held.push(RemoteAnchor {
+                        home: home.to_string(),
+                        identity,
+                        role,
+                        ts_ms: v.ts_ms,
+                        line,
+                        valid: v,
+                    });
+                }
                 continue;
             }
             let day = v.ts_ms / DAY_MS;
@@ -257,6 +310,81 @@ mod tests {
         assert_eq!(e[0].lines[1], format!("x|{}|release manager", t + 9));
         // Reported once.
         assert!(r.absorb("c", vec![l("x", t + 20, "janitor")], t).is_empty());
+    }
+
+    #[test]
+    fn served_lines_are_verified_against_the_home_key_in_one_batch() {
+        use crate::drift::line::{NewLine, sign};
+        let home = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let other = ed25519_dalek::SigningKey::from_bytes(&[4u8; 32]);
+        let line = |k: &ed25519_dalek::SigningKey, role: &str| {
+            sign(
+                &NewLine {
+                    ts_ms: 1_796_212_800_000,
+                    tick: 1,
+                    kind: Some(Kind::Fencepost),
+                    baseline: Some(role.into()),
+                    ..Default::default()
+                },
+                k,
+            )
+        };
+        let good = line(&home, "reviewer");
+        let tampered = good.replace("reviewer", "deployer");
+        let served = vec![
+            ("x".to_string(), good.clone()),
+            ("y".to_string(), line(&other, "architect")),
+            ("z".to_string(), tampered),
+            ("bad name!".to_string(), good.clone()),
+            ("w".to_string(), "not json".to_string()),
+            ("v".to_string(), good.clone()),
+        ];
+        let (ok, dropped) = verify_served(served.clone(), &home.verifying_key(), 100);
+        let names: Vec<&str> = ok.iter().map(|(i, _, _)| i.as_str()).collect();
+        assert_eq!(names, ["x", "v"]);
+        assert_eq!(ok[0].1.baseline.as_deref(), Some("reviewer"));
+        let why: BTreeMap<&str, &str> = dropped
+            .iter()
+            .map(|(i, w)| (i.as_str(), w.as_str()))
+            .collect();
+        assert_eq!(why.len(), 4, "{why:?}");
+        assert!(why["z"].contains("does not verify"), "{why:?}");
+        assert!(why["y"].contains("does not trust"), "{why:?}");
+        // At most `max` lines are looked at.
+        assert_eq!(verify_served(served, &home.verifying_key(), 1).0.len(), 1);
+    }
+
+    #[test]
+    fn old_lines_still_served_are_never_raised_again() {
+        let mut r = Remote::default();
+        let t = 10 * DAY_MS + 1000;
+        let both = vec![l("x", t, "code reviewer"), l("x", t + 9, "release manager")];
+        assert_eq!(r.absorb("c", both.clone(), t + 10).len(), 1);
+        // Three days on, the home still serves both lines (its newest three date files): the
+        // report was forgotten with the lines, and nothing is raised again, pull after pull.
+        let later = t + 3 * DAY_MS;
+        for _ in 0..3 {
+            assert!(r.absorb("c", both.clone(), later).is_empty());
+        }
+        // The latest of them is still held (G2 reads it), nothing older.
+        let held = r.all();
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].ts_ms, t + 9);
+        // A fresh host that first pulls them then does not raise them either.
+        let mut fresh = Remote::default();
+        assert!(fresh.absorb("c", both, later).is_empty());
+        assert_eq!(fresh.latest()[0].ts_ms, t + 9);
+    }
+
+    #[test]
+    fn an_equivocation_noted_before_is_not_raised_again() {
+        let mut r = Remote::default();
+        let t = 10 * DAY_MS + 1000;
+        let both = vec![l("x", t, "code reviewer"), l("x", t + 9, "release manager")];
+        let e = Remote::default().absorb("c", both.clone(), t + 10);
+        // E.g. loaded from its kept proof after a restart.
+        assert!(r.note(&e[0]));
+        assert!(r.absorb("c", both, t + 10).is_empty());
     }
 
     #[test]
