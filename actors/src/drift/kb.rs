@@ -194,17 +194,18 @@ pub fn next_tick(kb: &Path, identity: &str) -> u64 {
 
 /// The anchors this host serves to its peers: per identity in the KB, the lines of its newest
 /// `days` date files (each bounded by [`MAX_FILE`]) that verify against `key` and are anchors,
-/// as `(identity, line)`. Unreadable files are skipped (the peers keep what they have).
+/// as `(identity, line)`. Unreadable files are skipped (the peers keep what they have). The
+/// signatures are checked in one batch (one by one only if the batch fails).
 pub fn served_anchors(
     kb: &Path,
     key: &ed25519_dalek::VerifyingKey,
     days: usize,
 ) -> std::io::Result<Vec<(String, String)>> {
     let root = drift_root(kb);
-    let mut out = vec![];
+    let mut candidates = vec![];
     let rd = match std::fs::read_dir(&root) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => return Err(e),
     };
     for e in rd.flatten() {
@@ -227,13 +228,77 @@ pub fn served_anchors(
                 continue;
             };
             for l in text.lines().skip(1) {
-                if let Ok(v) = line::check(l, std::slice::from_ref(key))
-                    && crate::drift::remote::is_anchor(&v)
+                if let Ok(p) = line::parse(l, std::slice::from_ref(key))
+                    && crate::drift::remote::is_anchor(&p.valid)
                 {
-                    out.push((identity.clone(), l.to_string()));
+                    candidates.push((identity.clone(), l.to_string(), p));
                 }
             }
         }
     }
-    Ok(out)
+    let refs: Vec<&line::Parsed> = candidates.iter().map(|(_, _, p)| p).collect();
+    let ok = line::verify_all(&refs);
+    Ok(candidates
+        .into_iter()
+        .zip(ok)
+        .filter(|(_, ok)| *ok)
+        .map(|((identity, l, _), _)| (identity, l))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drift::line::{Kind, NewLine, sign};
+
+    #[test]
+    fn only_this_hosts_intact_anchors_are_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let kb = dir.path();
+        let (me, other) = (
+            ed25519_dalek::SigningKey::from_bytes(&[1u8; 32]),
+            ed25519_dalek::SigningKey::from_bytes(&[2u8; 32]),
+        );
+        let t = 1_796_212_800_000;
+        let day = date_of(t);
+        let line =
+            |k: &ed25519_dalek::SigningKey, kind: Kind, role: &str, subject: Option<&str>| {
+                sign(
+                    &NewLine {
+                        ts_ms: t,
+                        tick: 1,
+                        kind: Some(kind),
+                        baseline: Some(role.into()),
+                        delta: (kind == Kind::Drift).then(|| serde_json::json!({"x": 1})),
+                        subject: subject.map(String::from),
+                        ..Default::default()
+                    },
+                    k,
+                )
+            };
+        let good = line(&me, Kind::Fencepost, "reviewer", None);
+        append(kb, "x", &day, &good).unwrap();
+        append(kb, "x", &day, &line(&me, Kind::Drift, "reviewer", None)).unwrap();
+        append(
+            kb,
+            "x",
+            &day,
+            &line(&me, Kind::Fencepost, "architect", Some("y")),
+        )
+        .unwrap();
+        append(
+            kb,
+            "y",
+            &day,
+            &line(&other, Kind::Fencepost, "architect", None),
+        )
+        .unwrap();
+        let re = line(&me, Kind::Reanchor, "release manager", None);
+        append(kb, "z", &day, &re.replace("release manager", "deployer")).unwrap();
+        append(kb, "z", &day, &re).unwrap();
+        let served = served_anchors(kb, &me.verifying_key(), 3).unwrap();
+        let mut got: Vec<(String, String)> = served;
+        got.sort();
+        assert_eq!(got, vec![("x".to_string(), good), ("z".to_string(), re)]);
+    }
 }
