@@ -1,5 +1,6 @@
 //! The post office shell: persists every outgoing envelope (with the ticket that carries it) and
-//! every received batch before anyone is answered, transmits through the link transport the
+//! every received batch before anyone is answered (outgoing ones in group commits: whatever is
+//! queued while one commit runs goes into the next, together), transmits through the link transport the
 //! binary provides, hands received mail to the lead's injector once there is a live primary, and
 //! applies the reports that come back to this host's tickets. Reports on tickets this host
 //! received (receipts, answers) are picked up from the event bus and queued back to their origin.
@@ -53,6 +54,11 @@ pub enum MailMsg {
         envelopes: Vec<Envelope>,
         reply: RpcReplyPort<Result<u64, FleetError>>,
     },
+    /// A group commit of queued envelopes ended.
+    Stored {
+        result: Result<(), FleetError>,
+        group: Vec<Queued>,
+    },
     /// A transmission ended.
     Sent {
         peer: String,
@@ -82,11 +88,23 @@ pub struct MailArgs {
 
 pub struct MailActor;
 
+/// An envelope queued for the next group commit, with whoever waits for it.
+pub struct Queued {
+    peer: String,
+    env: Envelope,
+    ticket: Option<Ticket>,
+    reply: Option<RpcReplyPort<Result<Ticket, FleetError>>>,
+}
+
 pub struct MailState {
     ctx: SharedCtx,
     fleet: Fleet,
     transport: Transport,
     core: Postbox,
+    /// Queued while a commit runs: they go in the next one, together (group commit).
+    group: Vec<Queued>,
+    /// A commit is running; its envelopes are not transmitted before it is done.
+    committing: bool,
     /// Received and not yet handed on, in arrival order.
     inbox: VecDeque<(String, Envelope)>,
     timer: Timer,
@@ -185,34 +203,125 @@ impl MailState {
     }
 
     /// Queue `item` for `peer` durably (with `ticket`, if given), then pump.
-    async fn enqueue(
+    /// Number `item` for `peer` and queue it for the next group commit; whoever waits
+    /// (`reply`) is answered once it is durable (with `ticket`, committed with it).
+    fn enqueue(
         &mut self,
         me: &ActorRef<MailMsg>,
         peer: &str,
         item: Item,
         ticket: Option<Ticket>,
-    ) -> Result<(), FleetError> {
-        let env = self.core.enqueue(peer, item).ok_or_else(|| {
-            FleetError::not_found(
+        reply: Option<RpcReplyPort<Result<Ticket, FleetError>>>,
+    ) {
+        let Some(env) = self.core.enqueue(peer, item) else {
+            let e = FleetError::not_found(
                 format!("host `{peer}`"),
                 "it is not a configured peer",
                 "a host named in [peers]",
-            )
-        })?;
+            );
+            match reply {
+                Some(r) => {
+                    let _ = r.send(Err(e));
+                }
+                None => tracing::warn!(%peer, error = %e, "could not queue a report"),
+            }
+            return;
+        };
+        self.group.push(Queued {
+            peer: peer.to_string(),
+            env,
+            ticket,
+            reply,
+        });
+        self.commit_group(me);
+    }
+
+    /// Commit everything queued in one transaction (the envelopes, their tickets, each peer's
+    /// next sequence number), unless a commit is running: then it waits for that one to end.
+    fn commit_group(&mut self, me: &ActorRef<MailMsg>) {
+        if self.committing || self.group.is_empty() {
+            return;
+        }
+        let group = std::mem::take(&mut self.group);
+        let mut next: BTreeMap<String, u64> = BTreeMap::new();
+        for q in &group {
+            let n = next.entry(q.peer.clone()).or_default();
+            *n = (*n).max(q.env.seq + 1);
+        }
         let b = Batch {
-            tickets: ticket.into_iter().collect(),
-            mail_out: vec![(peer.to_string(), env.clone())],
-            mail_meta: vec![(format!("next:{peer}"), self.core.next_seq(peer))],
+            tickets: group.iter().filter_map(|q| q.ticket.clone()).collect(),
+            mail_out: group
+                .iter()
+                .map(|q| (q.peer.clone(), q.env.clone()))
+                .collect(),
+            mail_meta: next
+                .into_iter()
+                .map(|(p, n)| (format!("next:{p}"), n))
+                .collect(),
             ..Default::default()
         };
-        if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
-            self.core.unqueue(peer, env.seq);
-            return Err(e);
+        self.committing = true;
+        let (store, me) = (self.ctx.store.clone(), me.clone());
+        tokio::spawn(async move {
+            let result = store.run(move |s| s.commit(&b)).await;
+            let _ = me.cast(MailMsg::Stored { result, group });
+        });
+    }
+
+    /// A group commit ended: on success the envelopes may go out and their senders are
+    /// answered; on failure everything not stored is taken back (what queued behind it too, so
+    /// numbering has no gap) and its senders are told.
+    async fn stored(
+        &mut self,
+        me: &ActorRef<MailMsg>,
+        result: Result<(), FleetError>,
+        group: Vec<Queued>,
+        now: Millis,
+    ) {
+        self.committing = false;
+        match result {
+            Ok(()) => {
+                let mut upto: BTreeMap<String, u64> = BTreeMap::new();
+                for q in &group {
+                    let u = upto.entry(q.peer.clone()).or_default();
+                    *u = (*u).max(q.env.seq);
+                }
+                for (p, u) in &upto {
+                    self.core.stored(p, *u);
+                }
+                for q in group {
+                    if let Some(r) = q.reply {
+                        let _ = r.send(q.ticket.ok_or_else(|| {
+                            FleetError::internal("lead-to-lead mail", "a send without its ticket")
+                        }));
+                    }
+                }
+                let mut fx = vec![];
+                for p in upto.keys() {
+                    fx.extend(self.core.pump(p, now));
+                }
+                self.perform(me, fx).await;
+            }
+            Err(e) => {
+                let behind = std::mem::take(&mut self.group);
+                let peers: std::collections::BTreeSet<String> = group
+                    .iter()
+                    .chain(&behind)
+                    .map(|q| q.peer.clone())
+                    .collect();
+                for p in &peers {
+                    self.core.rollback(p);
+                }
+                tracing::warn!(error = %e, n = group.len() + behind.len(), "lead-to-lead mail could not be stored; its senders are told");
+                for q in group.into_iter().chain(behind) {
+                    if let Some(r) = q.reply {
+                        let _ = r.send(Err(e.clone()));
+                    }
+                }
+            }
         }
-        let now = self.ctx.now();
-        let fx = self.core.pump(peer, now);
-        self.perform(me, fx).await;
-        Ok(())
+        self.commit_group(me);
+        self.publish();
     }
 
     /// Hand received traffic on, in order: reports to the desk, mail to the live primary's
@@ -413,6 +522,8 @@ impl Actor for MailActor {
             transport: a.transport,
             core,
             inbox,
+            group: vec![],
+            committing: false,
             timer: Timer::new(),
             feed,
         };
@@ -447,7 +558,7 @@ impl Actor for MailActor {
                 reply,
             } => {
                 let t = *ticket;
-                let r = match t.from.member().cloned() {
+                match t.from.member().cloned() {
                     Some(from) => {
                         let item = Item::Mail {
                             ticket: t.id,
@@ -455,17 +566,19 @@ impl Actor for MailActor {
                             body,
                             sent_at: now,
                         };
-                        st.enqueue(&myself, &host, item, Some(t.clone()))
-                            .await
-                            .map(|_| t)
+                        st.enqueue(&myself, &host, item, Some(t), Some(reply));
                     }
-                    None => Err(FleetError::invalid(
-                        format!("lead-to-lead mail to `lead@{host}`"),
-                        "it was not sent by a member",
-                        "a fleet_send to lead@HOST by this host's primary",
-                    )),
-                };
-                let _ = reply.send(r);
+                    None => {
+                        let _ = reply.send(Err(FleetError::invalid(
+                            format!("lead-to-lead mail to `lead@{host}`"),
+                            "it was not sent by a member",
+                            "a fleet_send to lead@HOST by this host's primary",
+                        )));
+                    }
+                }
+            }
+            MailMsg::Stored { result, group } => {
+                st.stored(&myself, result, group, now).await;
             }
             MailMsg::Receive {
                 peer,
@@ -537,9 +650,7 @@ impl Actor for MailActor {
                         ticket: o.ticket,
                         update,
                     };
-                    if let Err(e) = st.enqueue(&myself, &o.host, item, None).await {
-                        tracing::warn!(ticket = %t.id, error = %e, "could not queue a report for its origin");
-                    }
+                    st.enqueue(&myself, &o.host, item, None, None);
                 }
             }
             MailMsg::Resync => {
@@ -558,7 +669,7 @@ impl Actor for MailActor {
                             ticket: o.ticket,
                             update,
                         };
-                        let _ = st.enqueue(&myself, &o.host, item, None).await;
+                        st.enqueue(&myself, &o.host, item, None, None);
                     }
                 }
             }

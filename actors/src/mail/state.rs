@@ -3,7 +3,9 @@
 //! at-least-once transmission into exactly-once, in-order acceptance.
 //!
 //! Owns the sequencing rules: an envelope gets the next sequence number of its peer when it is
-//! queued; a batch is a prefix of the outbox; the receiver accepts only the envelope right after
+//! queued; a batch is a prefix of the outbox's *stored* part (nothing goes out before the shell
+//! says it is durable, `stored`; a failed store is taken back without leaving a gap,
+//! `rollback`); the receiver accepts only the envelope right after
 //! its high-water mark (earlier ones are duplicates, later ones wait for the gap to fill), and
 //! answers with the mark, which the sender treats as "everything up to here is durable there".
 //! A sender whose state was lost starts a new `epoch`, which resets the receiver's mark. Pure:
@@ -81,6 +83,8 @@ pub enum Effect {
 struct Outbound {
     pending: VecDeque<Envelope>,
     next_seq: u64,
+    /// The highest sequence number stored durably: nothing beyond it is ever transmitted.
+    stored: u64,
     /// The last sequence number of the batch in flight.
     in_flight: Option<u64>,
     retry_at: Option<Millis>,
@@ -145,6 +149,11 @@ impl Postbox {
             o.next_seq = next.max(envs.last().map_or(0, |e| e.seq + 1)).max(1);
             o.pending = envs.into();
         }
+        // What was loaded was stored.
+        for o in out.values_mut() {
+            o.next_seq = o.next_seq.max(1);
+            o.stored = o.next_seq - 1;
+        }
         Postbox {
             epoch,
             out,
@@ -184,8 +193,9 @@ impl Postbox {
         self.out.keys()
     }
 
-    /// Number `item` for `peer` and queue it. The shell persists the envelope (and the next
-    /// sequence number, `next_seq`) before it answers anyone, and calls `unqueue` if it cannot.
+    /// Number `item` for `peer` and queue it. It is not transmitted until the shell has stored
+    /// it (with the next sequence number) and said so with `stored`; if the store fails, the
+    /// shell calls `rollback`. Several envelopes may wait to be stored together (one commit).
     pub fn enqueue(&mut self, peer: &str, item: Item) -> Option<Envelope> {
         let o = self.out.get_mut(peer)?;
         let env = Envelope {
@@ -202,14 +212,24 @@ impl Postbox {
         self.out.get(peer).map_or(1, |o| o.next_seq)
     }
 
-    /// Take back the envelope just queued (its write failed).
-    pub fn unqueue(&mut self, peer: &str, seq: u64) {
-        if let Some(o) = self.out.get_mut(peer)
-            && o.pending.back().is_some_and(|e| e.seq == seq)
-        {
-            o.pending.pop_back();
-            o.next_seq = seq;
+    /// Everything queued for `peer` up to `upto` is stored durably: it may be transmitted.
+    pub fn stored(&mut self, peer: &str, upto: u64) {
+        if let Some(o) = self.out.get_mut(peer) {
+            o.stored = o.stored.max(upto.min(o.next_seq.saturating_sub(1)));
         }
+    }
+
+    /// A store failed: take back every envelope for `peer` not stored yet (their senders are
+    /// told it failed), so the numbering goes on from the last stored one without a gap.
+    /// Returns how many were taken back.
+    pub fn rollback(&mut self, peer: &str) -> usize {
+        let Some(o) = self.out.get_mut(peer) else {
+            return 0;
+        };
+        let before = o.pending.len();
+        o.pending.retain(|e| e.seq <= o.stored);
+        o.next_seq = o.stored + 1;
+        before - o.pending.len()
     }
 
     /// The link to `peer` went up or down.
@@ -231,7 +251,7 @@ impl Postbox {
         let Some(o) = self.out.get_mut(peer) else {
             return vec![];
         };
-        if !o.up || o.in_flight.is_some() || o.pending.is_empty() {
+        if !o.up || o.in_flight.is_some() || o.pending.front().is_none_or(|e| e.seq > o.stored) {
             return vec![];
         }
         if let Some(at) = o.retry_at {
@@ -243,7 +263,8 @@ impl Postbox {
         let mut envelopes = vec![];
         let mut bytes = 0;
         for e in &o.pending {
-            if envelopes.len() == MAX_BATCH
+            if e.seq > o.stored
+                || envelopes.len() == MAX_BATCH
                 || (bytes > 0 && bytes + e.item.weight() > MAX_BATCH_BYTES)
             {
                 break;
@@ -365,6 +386,13 @@ mod tests {
         )
     }
 
+    /// Queue and store at once (what a shell whose commit succeeded does).
+    fn put(p: &mut Postbox, peer: &str, item: Item) -> Option<Envelope> {
+        let e = p.enqueue(peer, item)?;
+        p.stored(peer, e.seq);
+        Some(e)
+    }
+
     fn transmit(fx: &[Effect]) -> Vec<u64> {
         fx.iter()
             .find_map(|e| match e {
@@ -380,12 +408,12 @@ mod tests {
     fn numbers_in_order_and_sends_only_when_up_one_batch_at_a_time() {
         let mut p = postbox();
         for i in 1..=3 {
-            assert_eq!(p.enqueue("beta", mail(i)).unwrap().seq, i);
+            assert_eq!(put(&mut p, "beta", mail(i)).unwrap().seq, i);
         }
-        assert!(p.enqueue("gamma", mail(9)).is_none(), "not a peer");
+        assert!(put(&mut p, "gamma", mail(9)).is_none(), "not a peer");
         assert!(p.pump("beta", 0).is_empty(), "down: nothing goes out");
         assert_eq!(transmit(&p.link("beta", true, 0)), vec![1, 2, 3]);
-        p.enqueue("beta", mail(4));
+        put(&mut p, "beta", mail(4));
         assert!(p.pump("beta", 0).is_empty(), "one batch in flight");
         let fx = p.acked("beta", 3, 1);
         assert!(matches!(&fx[0], Effect::Acked { upto: 3, done, .. } if done.len() == 3));
@@ -394,9 +422,40 @@ mod tests {
     }
 
     #[test]
+    fn nothing_goes_out_before_it_is_stored_and_a_failed_store_leaves_no_gap() {
+        let mut p = postbox();
+        p.link("beta", true, 0);
+        // Three queued for one commit: nothing is sent while it runs.
+        for i in 1..=3 {
+            assert_eq!(p.enqueue("beta", mail(i)).unwrap().seq, i);
+        }
+        assert!(p.pump("beta", 0).is_empty());
+        // The commit held the first two (a later one waits for the next commit).
+        p.stored("beta", 2);
+        assert_eq!(transmit(&p.pump("beta", 0)), vec![1, 2]);
+        // The next commit fails: what was not stored is taken back, and numbering resumes
+        // right after the last stored envelope.
+        let mut q = postbox();
+        q.link("beta", true, 0);
+        for i in 1..=3 {
+            q.enqueue("beta", mail(i));
+        }
+        q.stored("beta", 1);
+        assert_eq!(q.rollback("beta"), 2);
+        assert_eq!(q.depth("beta"), 1);
+        assert_eq!(q.enqueue("beta", mail(4)).unwrap().seq, 2);
+        q.stored("beta", 2);
+        assert_eq!(transmit(&q.pump("beta", 0)), vec![1, 2]);
+        // `stored` never claims more than was queued.
+        q.stored("beta", 99);
+        assert_eq!(q.enqueue("beta", mail(5)).unwrap().seq, 3);
+        assert_eq!(q.rollback("beta"), 1);
+    }
+
+    #[test]
     fn a_failure_backs_off_and_a_link_up_retries_at_once() {
         let mut p = postbox();
-        p.enqueue("beta", mail(1));
+        put(&mut p, "beta", mail(1));
         p.link("beta", true, 0);
         assert_eq!(p.failed("beta", 10), vec![Effect::Arm(110)]);
         assert_eq!(p.pump("beta", 50), vec![Effect::Arm(110)]);
@@ -408,7 +467,7 @@ mod tests {
     #[test]
     fn an_ack_without_progress_backs_off() {
         let mut p = postbox();
-        p.enqueue("beta", mail(1));
+        put(&mut p, "beta", mail(1));
         p.link("beta", true, 0);
         assert_eq!(p.acked("beta", 0, 5), vec![Effect::Arm(105)]);
     }
@@ -417,12 +476,13 @@ mod tests {
     fn batches_are_bounded() {
         let mut p = postbox();
         for i in 0..(MAX_BATCH as u64 + 10) {
-            p.enqueue("beta", mail(i));
+            put(&mut p, "beta", mail(i));
         }
         assert_eq!(transmit(&p.link("beta", true, 0)).len(), MAX_BATCH);
         let mut p = postbox();
         for i in 0..4 {
-            p.enqueue(
+            put(
+                &mut p,
                 "beta",
                 Item::Mail {
                     ticket: TicketId(i),
@@ -464,7 +524,7 @@ mod tests {
                 max_ms: 1,
             },
         );
-        assert_eq!(p.enqueue("beta", mail(6)).unwrap().seq, 6);
+        assert_eq!(put(&mut p, "beta", mail(6)).unwrap().seq, 6);
         assert_eq!(transmit(&p.link("beta", true, 0)), vec![4, 5, 6]);
     }
 
@@ -494,7 +554,7 @@ mod tests {
             let mut tx = postbox();
             let mut rx = postbox();
             for i in 1..=n {
-                tx.enqueue("beta", mail(i));
+                put(&mut tx, "beta", mail(i));
             }
             let mut accepted: Vec<u64> = vec![];
             let mut wire: Vec<Vec<Envelope>> = vec![];
@@ -568,6 +628,102 @@ mod tests {
                 step(&mut tx, fx, &mut wire);
             }
             prop_assert_eq!(accepted, (1..=n).collect::<Vec<_>>());
+        }
+
+        /// Sends stored in groups, some groups failing: exactly the messages whose store
+        /// succeeded reach the receiver, once, in order, numbered without a gap, and nothing
+        /// is ever on the wire before it was stored.
+        #[test]
+        fn only_stored_mail_goes_out_and_numbering_has_no_gap(
+            ops in proptest::collection::vec((0u8..6, any::<u16>()), 1..200),
+        ) {
+            let mut tx = postbox();
+            let mut rx = postbox();
+            let mut next_item = 0u64;
+            let mut committed: Vec<u64> = vec![];
+            let mut unstored: Vec<u64> = vec![];
+            let mut accepted: Vec<u64> = vec![];
+            let mut wire: Vec<Vec<Envelope>> = vec![];
+            let mut now = 0;
+            let push = |fx: Vec<Effect>, wire: &mut Vec<Vec<Envelope>>, committed: &[u64]| {
+                for e in fx {
+                    if let Effect::Transmit { envelopes, .. } = e {
+                        for env in &envelopes {
+                            let Item::Mail { ticket, .. } = &env.item else { continue };
+                            assert!(committed.contains(&ticket.0), "{} sent before it was stored", ticket.0);
+                        }
+                        wire.push(envelopes);
+                    }
+                }
+            };
+            let items = |r: &Received| -> Vec<u64> {
+                r.accepted.iter().filter_map(|e| match &e.item {
+                    Item::Mail { ticket, .. } => Some(ticket.0),
+                    Item::Update { .. } => None,
+                }).collect()
+            };
+            let fx = tx.link("beta", true, now);
+            push(fx, &mut wire, &committed);
+            for (op, x) in ops {
+                now += 50;
+                match op {
+                    // A send joins the group waiting for the next commit.
+                    0 | 1 => {
+                        next_item += 1;
+                        tx.enqueue("beta", mail(next_item));
+                        unstored.push(next_item);
+                    }
+                    // The commit of everything waiting succeeds...
+                    2 if x % 4 != 0 => {
+                        committed.append(&mut unstored);
+                        let upto = tx.next_seq("beta") - 1;
+                        tx.stored("beta", upto);
+                        let fx = tx.pump("beta", now);
+                        push(fx, &mut wire, &committed);
+                    }
+                    // ... or fails.
+                    2 => {
+                        prop_assert_eq!(tx.rollback("beta"), unstored.len());
+                        unstored.clear();
+                    }
+                    // Deliver the oldest batch and ack it.
+                    3 | 4 if !wire.is_empty() => {
+                        let b = wire.remove(0);
+                        let r = rx.receive("alpha", 7, b);
+                        rx.commit("alpha", &r);
+                        accepted.extend(items(&r));
+                        let fx = tx.acked("beta", r.upto, now);
+                        push(fx, &mut wire, &committed);
+                    }
+                    _ => {
+                        let fx = tx.link("beta", x % 3 != 0, now);
+                        push(fx, &mut wire, &committed);
+                    }
+                }
+            }
+            // The last group fails; heal and drain.
+            tx.rollback("beta");
+            let fx = tx.link("beta", true, now + 100_000);
+            push(fx, &mut wire, &committed);
+            let mut rounds = 0;
+            while tx.depth("beta") > 0 && rounds < 1000 {
+                rounds += 1;
+                now += 100_000;
+                if wire.is_empty() {
+                    let fx = tx.failed("beta", now);
+                    push(fx, &mut wire, &committed);
+                    let fx = tx.tick(now + 100_000);
+                    push(fx, &mut wire, &committed);
+                    continue;
+                }
+                let b = wire.remove(0);
+                let r = rx.receive("alpha", 7, b);
+                rx.commit("alpha", &r);
+                accepted.extend(items(&r));
+                let fx = tx.acked("beta", r.upto, now);
+                push(fx, &mut wire, &committed);
+            }
+            prop_assert_eq!(accepted, committed);
         }
     }
 }
