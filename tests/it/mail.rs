@@ -195,3 +195,86 @@ async fn mail_is_delivered_once_in_order_across_a_killed_receiver_and_a_killed_s
     let p: Value = da.client.get("/peers").await.unwrap();
     assert_eq!(p["mail"]["outbox"]["beta"], 0, "{p}");
 }
+
+/// Two daemons in this process: `a`'s primary sends 200 messages to `lead@b`, 32 calls at a
+/// time, so the post office commits them in groups. Each call returns only once its message is
+/// stored; every one is transmitted; b holds each exactly once (no primary there to take them),
+/// and a's outbox drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sends_are_stored_in_groups_and_each_arrives_once() {
+    use fleetd::daemon::Daemon;
+    use fleetd_actors::types::{Caller, MemberIdentity, MemberName, Role};
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (host("a", 17), host("b", 18));
+    let mut daemons = vec![];
+    for (name, me, other) in [("a", &a, &b), ("b", &b, &a)] {
+        let sd = dir.path().join(name);
+        std::fs::create_dir_all(&sd).unwrap();
+        let cp = sd.join("fleetd.toml");
+        std::fs::write(&cp, toml::to_string(&config(me, &[other])).unwrap()).unwrap();
+        daemons.push(Daemon::start(&sd, Some(cp), bin()).await.unwrap());
+    }
+    let (fa, fb) = (daemons[0].fleet.clone(), daemons[1].fleet.clone());
+    let (_, mut events) = fa.ctx.events.subscribe(0);
+    let lead = Caller::Member(MemberIdentity {
+        name: MemberName::new("lead").unwrap(),
+        role: Role::Primary,
+        slot: None,
+    });
+    let bodies: Vec<String> = (0..200).map(|i| format!("group {i:03}")).collect();
+    let tickets: Vec<_> = futures::stream::iter(bodies.clone())
+        .map(|body| {
+            let (f, c) = (fa.clone(), lead.clone());
+            async move { f.send(&c, "lead@b", body, false, None).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let mut waiting = std::collections::HashSet::new();
+    for t in tickets {
+        let t = t.expect("every send is stored and answered");
+        assert_eq!(
+            t.ticket.ticket.remote.as_ref().map(|r| r.host.as_str()),
+            Some("b")
+        );
+        waiting.insert(t.ticket.ticket.id);
+    }
+    assert_eq!(waiting.len(), 200);
+    // Every one is transmitted (its ticket changes when b's acknowledgement comes back).
+    tokio::time::timeout(T, async {
+        while !waiting.is_empty() {
+            match events.recv().await {
+                Ok(e) => {
+                    if let EventKind::Ticket { ticket, .. } = &e.kind
+                        && waiting.contains(ticket)
+                    {
+                        let v = fa
+                            .ticket(&Caller::Operator, &ticket.to_string())
+                            .await
+                            .unwrap();
+                        if v.ticket.remote.is_some_and(|r| r.transmitted_at.is_some()) {
+                            waiting.remove(ticket);
+                        }
+                    }
+                }
+                Err(e) => panic!("events: {e}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not transmitted: {} left", waiting.len()));
+    // b holds each exactly once (their order per sender is the core's property test).
+    let held = fb.ctx.mail_view.read().unwrap().held.clone();
+    let mut got: Vec<String> = held
+        .iter()
+        .map(|h| h.rsplit_once(": ").unwrap().1.to_string())
+        .collect();
+    assert_eq!(got.len(), 200, "{held:?}");
+    got.sort();
+    assert_eq!(got, bodies);
+    assert_eq!(fa.ctx.mail_view.read().unwrap().outbox["b"], 0);
+    for d in daemons {
+        d.shutdown().await;
+    }
+}

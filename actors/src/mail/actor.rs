@@ -170,6 +170,9 @@ impl MailState {
                     ));
                 }
                 Effect::Acked { peer, upto, done } => {
+                    // The outbox view first, so whoever sees the tickets change (their events)
+                    // sees the outbox without them.
+                    self.publish();
                     // Mark the mail among them transmitted (durably, by the desk, in one
                     // commit), then forget them; a crash in between sends them again, and the
                     // peer drops them as duplicates.
@@ -202,7 +205,6 @@ impl MailState {
         self.publish();
     }
 
-    /// Queue `item` for `peer` durably (with `ticket`, if given), then pump.
     /// Number `item` for `peer` and queue it for the next group commit; whoever waits
     /// (`reply`) is answered once it is durable (with `ticket`, committed with it).
     fn enqueue(
@@ -261,6 +263,10 @@ impl MailState {
             ..Default::default()
         };
         self.committing = true;
+        tracing::debug!(
+            n = group.len(),
+            "lead-to-lead mail: one commit for the queued sends"
+        );
         let (store, me) = (self.ctx.store.clone(), me.clone());
         tokio::spawn(async move {
             let result = store.run(move |s| s.commit(&b)).await;
@@ -608,6 +614,8 @@ impl Actor for MailActor {
                         let n = r.accepted.len();
                         st.inbox
                             .extend(r.accepted.into_iter().map(|e| (peer.clone(), e)));
+                        // Held mail shows before the sender hears it is here.
+                        st.publish();
                         let _ = reply.send(Ok(r.upto));
                         if n > 0 {
                             st.hand_on().await;
