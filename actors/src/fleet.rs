@@ -1393,14 +1393,14 @@ impl Fleet {
             .map(|q| q.queued.iter().collect())
             .unwrap_or_default();
         // Mail from other hosts' leads that is not in the queue yet (no live primary to take it).
-        let remote = self
-            .ctx
-            .mail_view
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .held
-            .clone();
-        let n = held.len() + remote.len();
+        let (remote, remote_total) = {
+            let v = self.ctx.mail_view.read().unwrap_or_else(|p| p.into_inner());
+            (
+                v.held.iter().take(3).cloned().collect::<Vec<_>>(),
+                v.held_total,
+            )
+        };
+        let n = held.len() + remote_total;
         CoordinatorRow {
             coord_id: format!("{host}/{}", std::process::id()),
             mailbox: MailboxRow {

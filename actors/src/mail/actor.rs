@@ -20,7 +20,9 @@ use crate::ctx::{Mailbox, SharedCtx, Timer};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
-use crate::mail::state::{Backoff, Effect, Envelope, Item, Postbox};
+use crate::mail::state::{
+    Backoff, Effect, Envelope, Item, MAX_HELD, MAX_OUTBOX, Postbox, Unqueued,
+};
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::{Origin, RemoteUpdate, Ticket, TicketState};
@@ -37,6 +39,8 @@ pub type Transport = Arc<
 const CALL: Duration = Duration::from_secs(10);
 /// How often held mail, due retries and the links are looked at even without an event.
 const SWEEP_MS: Millis = 1_000;
+/// How many held messages the view previews.
+const HELD_PREVIEW: usize = 100;
 
 pub enum MailMsg {
     /// Queue a message from the primary to `host`'s lead. `ticket` is the (deferred) ticket that
@@ -114,14 +118,19 @@ pub struct MailState {
 /// What `fleet_list`'s coordinator row and `fleetd peers` show of the post office.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct MailView {
-    /// Mail received for the lead and not yet in its queue (no live primary yet), previewed.
+    /// Mail received for the lead and not yet in its queue (no live primary yet), previewed:
+    /// the oldest `HELD_PREVIEW` of them.
     pub held: Vec<String>,
+    /// How many are held in all.
+    pub held_total: usize,
     /// Envelopes waiting for each peer to hold them.
     pub outbox: BTreeMap<String, usize>,
 }
 
 impl MailState {
     fn publish(&self) {
+        let mail = |e: &Envelope| matches!(e.item, Item::Mail { .. });
+        let held_total = self.inbox.iter().filter(|(_, e)| mail(e)).count();
         let held = self
             .inbox
             .iter()
@@ -134,6 +143,7 @@ impl MailState {
                 )),
                 Item::Update { .. } => None,
             })
+            .take(HELD_PREVIEW)
             .collect();
         let outbox = self
             .core
@@ -144,7 +154,11 @@ impl MailState {
             .ctx
             .mail_view
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = MailView { held, outbox };
+            .unwrap_or_else(|p| p.into_inner()) = MailView {
+            held,
+            held_total,
+            outbox,
+        };
     }
 
     fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
@@ -215,19 +229,33 @@ impl MailState {
         ticket: Option<Ticket>,
         reply: Option<RpcReplyPort<Result<Ticket, FleetError>>>,
     ) {
-        let Some(env) = self.core.enqueue(peer, item) else {
-            let e = FleetError::not_found(
-                format!("host `{peer}`"),
-                "it is not a configured peer",
-                "a host named in [peers]",
-            );
-            match reply {
-                Some(r) => {
-                    let _ = r.send(Err(e));
+        let env = match self.core.enqueue(peer, item) {
+            Ok(env) => env,
+            Err(why) => {
+                let e = match why {
+                    Unqueued::NotAPeer => FleetError::not_found(
+                        format!("host `{peer}`"),
+                        "it is not a configured peer",
+                        "a host named in [peers]",
+                    ),
+                    Unqueued::Full => FleetError::overloaded(
+                        format!("lead-to-lead mail to `lead@{peer}`"),
+                        format!(
+                            "{MAX_OUTBOX} messages to {peer} are already waiting in this host's outbox (the link is down, or {peer} holds all it can for its lead)"
+                        ),
+                        format!(
+                            "a send once `fleetd peers` shows {peer}'s outbox below {MAX_OUTBOX}"
+                        ),
+                    ),
+                };
+                match reply {
+                    Some(r) => {
+                        let _ = r.send(Err(e));
+                    }
+                    None => tracing::warn!(%peer, error = %e, "could not queue a report"),
                 }
-                None => tracing::warn!(%peer, error = %e, "could not queue a report"),
+                return;
             }
-            return;
         };
         self.group.push(Queued {
             peer: peer.to_string(),
@@ -592,7 +620,14 @@ impl Actor for MailActor {
                 envelopes,
                 reply,
             } => {
-                let r = st.core.receive(&peer, epoch, envelopes);
+                let held = st
+                    .inbox
+                    .iter()
+                    .filter(|(_, e)| matches!(e.item, Item::Mail { .. }))
+                    .count();
+                let r = st
+                    .core
+                    .receive(&peer, epoch, envelopes, MAX_HELD.saturating_sub(held));
                 if r.reset {
                     tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
                 }

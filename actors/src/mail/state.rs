@@ -22,6 +22,20 @@ use crate::types::{MemberName, Millis, TicketId};
 pub const MAX_BATCH: usize = 256;
 /// A batch stops growing once its bodies reach this many bytes (a link frame is at most 1 MiB).
 pub const MAX_BATCH_BYTES: usize = 512 * 1024;
+/// At most this many messages wait in the outbox for one peer; more sends are refused until it
+/// drains (reports back to a peer are not counted: they are bounded by the tickets received).
+pub const MAX_OUTBOX: usize = 10_000;
+/// At most this many received messages are held for the lead (no live primary yet); a peer's
+/// further mail is left in its outbox until the lead takes some (backpressure, not loss).
+pub const MAX_HELD: usize = 10_000;
+
+/// Why `enqueue` did not queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unqueued {
+    NotAPeer,
+    /// The peer's outbox holds `MAX_OUTBOX` messages.
+    Full,
+}
 
 /// One unit of lead-to-lead traffic, numbered per (sending host, receiving host).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,15 +210,24 @@ impl Postbox {
     /// Number `item` for `peer` and queue it. It is not transmitted until the shell has stored
     /// it (with the next sequence number) and said so with `stored`; if the store fails, the
     /// shell calls `rollback`. Several envelopes may wait to be stored together (one commit).
-    pub fn enqueue(&mut self, peer: &str, item: Item) -> Option<Envelope> {
-        let o = self.out.get_mut(peer)?;
+    pub fn enqueue(&mut self, peer: &str, item: Item) -> Result<Envelope, Unqueued> {
+        let o = self.out.get_mut(peer).ok_or(Unqueued::NotAPeer)?;
+        if matches!(item, Item::Mail { .. })
+            && o.pending
+                .iter()
+                .filter(|e| matches!(e.item, Item::Mail { .. }))
+                .count()
+                >= MAX_OUTBOX
+        {
+            return Err(Unqueued::Full);
+        }
         let env = Envelope {
             seq: o.next_seq,
             item,
         };
         o.next_seq += 1;
         o.pending.push_back(env.clone());
-        Some(env)
+        Ok(env)
     }
 
     /// The sequence number the next envelope for `peer` will get.
@@ -329,8 +352,17 @@ impl Postbox {
         peers.iter().flat_map(|p| self.pump(p, now)).collect()
     }
 
-    /// What to keep of a batch `peer` sent in `epoch`. Nothing changes until `commit`.
-    pub fn receive(&self, peer: &str, epoch: u64, envelopes: Vec<Envelope>) -> Received {
+    /// What to keep of a batch `peer` sent in `epoch`, with `room` for that many more held
+    /// messages (reports are never held, so they need none; the envelopes after one that finds
+    /// no room wait in the sender's outbox). Nothing changes until `commit`.
+    pub fn receive(
+        &self,
+        peer: &str,
+        epoch: u64,
+        envelopes: Vec<Envelope>,
+        room: usize,
+    ) -> Received {
+        let mut room = room;
         let (known_epoch, mark) = self.marks.get(peer).copied().unwrap_or((epoch, 0));
         let reset = known_epoch != epoch;
         let mut upto = if reset { 0 } else { mark };
@@ -341,6 +373,12 @@ impl Postbox {
             }
             if e.seq != upto + 1 {
                 break; // a gap: wait for the sender to fill it
+            }
+            if matches!(e.item, Item::Mail { .. }) {
+                if room == 0 {
+                    break; // full: the sender keeps it and backs off
+                }
+                room -= 1;
             }
             upto = e.seq;
             accepted.push(e);
@@ -388,7 +426,7 @@ mod tests {
 
     /// Queue and store at once (what a shell whose commit succeeded does).
     fn put(p: &mut Postbox, peer: &str, item: Item) -> Option<Envelope> {
-        let e = p.enqueue(peer, item)?;
+        let e = p.enqueue(peer, item).ok()?;
         p.stored(peer, e.seq);
         Some(e)
     }
@@ -438,7 +476,7 @@ mod tests {
         let mut q = postbox();
         q.link("beta", true, 0);
         for i in 1..=3 {
-            q.enqueue("beta", mail(i));
+            q.enqueue("beta", mail(i)).unwrap();
         }
         q.stored("beta", 1);
         assert_eq!(q.rollback("beta"), 2);
@@ -450,6 +488,38 @@ mod tests {
         q.stored("beta", 99);
         assert_eq!(q.enqueue("beta", mail(5)).unwrap().seq, 3);
         assert_eq!(q.rollback("beta"), 1);
+    }
+
+    #[test]
+    fn the_outbox_and_the_held_mail_are_bounded() {
+        let mut p = postbox();
+        for i in 0..MAX_OUTBOX as u64 {
+            put(&mut p, "beta", mail(i)).unwrap();
+        }
+        assert_eq!(p.enqueue("beta", mail(0)), Err(Unqueued::Full));
+        assert_eq!(p.enqueue("gamma", mail(0)), Err(Unqueued::NotAPeer));
+        // Reports back are not refused (they are bounded by the tickets received).
+        let report = Item::Update {
+            ticket: TicketId(1),
+            update: RemoteUpdate::Transmitted,
+        };
+        assert!(p.enqueue("beta", report.clone()).is_ok());
+        // The receiver takes mail only while it has room; a report needs none, but waits
+        // behind mail that found none (order is kept).
+        let env = |s, item| Envelope { seq: s, item };
+        let batch = vec![
+            env(1, mail(1)),
+            env(2, report.clone()),
+            env(3, mail(3)),
+            env(4, report.clone()),
+        ];
+        let r = p.receive("alpha", 1, batch.clone(), 1);
+        assert_eq!(r.upto, 2);
+        assert_eq!(r.accepted.len(), 2);
+        let r = p.receive("alpha", 1, batch.clone(), 0);
+        assert_eq!((r.upto, r.accepted.len()), (0, 0));
+        let r = p.receive("alpha", 1, batch, 2);
+        assert_eq!((r.upto, r.accepted.len()), (4, 4));
     }
 
     #[test]
@@ -535,11 +605,11 @@ mod tests {
             seq: s,
             item: mail(s),
         };
-        let r = p.receive("alpha", 1, vec![env(1), env(2)]);
+        let r = p.receive("alpha", 1, vec![env(1), env(2)], usize::MAX);
         p.commit("alpha", &r);
-        let again = p.receive("alpha", 1, vec![env(1), env(2)]);
+        let again = p.receive("alpha", 1, vec![env(1), env(2)], usize::MAX);
         assert!(again.accepted.is_empty() && again.upto == 2 && !again.reset);
-        let fresh = p.receive("alpha", 2, vec![env(1)]);
+        let fresh = p.receive("alpha", 2, vec![env(1)], usize::MAX);
         assert!(fresh.reset && fresh.upto == 1 && fresh.accepted.len() == 1);
     }
 
@@ -574,7 +644,7 @@ mod tests {
                     // Deliver the oldest batch on the wire and ack it.
                     0 | 1 if !wire.is_empty() => {
                         let b = wire.remove(0);
-                        let r = rx.receive("alpha", 7, b);
+                        let r = rx.receive("alpha", 7, b, usize::MAX);
                         rx.commit("alpha", &r);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.acked("beta", r.upto, now);
@@ -583,7 +653,7 @@ mod tests {
                     // Deliver, but the ack is lost.
                     2 if !wire.is_empty() => {
                         let b = wire.remove(x as usize % wire.len());
-                        let r = rx.receive("alpha", 7, b);
+                        let r = rx.receive("alpha", 7, b, usize::MAX);
                         rx.commit("alpha", &r);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.failed("beta", now);
@@ -621,7 +691,7 @@ mod tests {
                     continue;
                 }
                 let b = wire.remove(0);
-                let r = rx.receive("alpha", 7, b);
+                let r = rx.receive("alpha", 7, b, usize::MAX);
                 rx.commit("alpha", &r);
                 accepted.extend(r.accepted.iter().map(|e| e.seq));
                 let fx = tx.acked("beta", r.upto, now);
@@ -670,7 +740,7 @@ mod tests {
                     // A send joins the group waiting for the next commit.
                     0 | 1 => {
                         next_item += 1;
-                        tx.enqueue("beta", mail(next_item));
+                        tx.enqueue("beta", mail(next_item)).unwrap();
                         unstored.push(next_item);
                     }
                     // The commit of everything waiting succeeds...
@@ -689,7 +759,7 @@ mod tests {
                     // Deliver the oldest batch and ack it.
                     3 | 4 if !wire.is_empty() => {
                         let b = wire.remove(0);
-                        let r = rx.receive("alpha", 7, b);
+                        let r = rx.receive("alpha", 7, b, usize::MAX);
                         rx.commit("alpha", &r);
                         accepted.extend(items(&r));
                         let fx = tx.acked("beta", r.upto, now);
@@ -717,7 +787,7 @@ mod tests {
                     continue;
                 }
                 let b = wire.remove(0);
-                let r = rx.receive("alpha", 7, b);
+                let r = rx.receive("alpha", 7, b, usize::MAX);
                 rx.commit("alpha", &r);
                 accepted.extend(items(&r));
                 let fx = tx.acked("beta", r.upto, now);
