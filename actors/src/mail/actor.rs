@@ -361,7 +361,8 @@ impl MailState {
     /// Hand received traffic on, in order: reports to the desk, mail to the live primary's
     /// injector. Mail from a peer stays held (and so does the mail after it) while there is no
     /// primary to take it.
-    async fn hand_on(&mut self) {
+    /// Returns whether anything was handed on.
+    async fn hand_on(&mut self) -> bool {
         let pending: Vec<(String, Envelope)> = self.inbox.drain(..).collect();
         let mut done: Vec<(String, u64)> = vec![];
         let mut keep = VecDeque::new();
@@ -423,17 +424,19 @@ impl MailState {
             }
         }
         self.inbox = keep;
-        if !done.is_empty() {
-            // A crash before this commit hands nothing on twice: mail is checked against the
-            // desk, reports are idempotent.
-            let b = Batch {
-                mail_in_done: done,
-                ..Default::default()
-            };
-            if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
-                tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
-            }
+        if done.is_empty() {
+            return false;
         }
+        // A crash before this commit hands nothing on twice: mail is checked against the desk,
+        // reports are idempotent.
+        let b = Batch {
+            mail_in_done: done,
+            ..Default::default()
+        };
+        if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+            tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
+        }
+        true
     }
 
     /// What to tell the origin about received ticket `t`, if it came from another host.
@@ -652,8 +655,7 @@ impl Actor for MailActor {
                         // Held mail shows before the sender hears it is here.
                         st.publish();
                         let _ = reply.send(Ok(r.upto));
-                        if n > 0 {
-                            st.hand_on().await;
+                        if n > 0 && st.hand_on().await {
                             st.publish();
                         }
                     }
