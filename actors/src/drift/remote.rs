@@ -180,23 +180,15 @@ impl Remote {
             // A line past what is kept is history: it is held only as the identity's latest
             // anchor (G2 reads that) and never checked for equivocation, or a home that still
             // serves it would have it raised again at every pull once its report was forgotten.
-            if v.ts_ms.saturating_add(KEEP_MS) < now {
-                if held.iter().all(|a| a.ts_ms < v.ts_ms) {
-                    held.push(RemoteAnchor {
-                        home: home.to_string(),
-                        identity,
-                        role,
-                        ts_ms: v.ts_ms,
-                        line,
-                        valid: v,
-                    });
-                }
+            let history = v.ts_ms.saturating_add(KEEP_MS) < now;
+            if history && held.iter().any(|a| a.ts_ms >= v.ts_ms) {
                 continue;
             }
             let day = v.ts_ms / DAY_MS;
-            if let Some(other) = held
-                .iter()
-                .find(|a| conflict(a.ts_ms, &a.role, v.ts_ms, &role))
+            if !history
+                && let Some(other) = held
+                    .iter()
+                    .find(|a| conflict(a.ts_ms, &a.role, v.ts_ms, &role))
                 && self
                     .reported
                     .insert((home.to_string(), identity.clone(), day))
