@@ -1047,7 +1047,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
 /// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
 async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
     use crate::link::wire::{self, Request, Response};
-    use fleetd_actors::drift::line::{self, Kind, NewLine};
+    use fleetd_actors::drift::line::{self, NewLine};
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let kb = dir.path().join("kb");
     let home = fleetd_actors::keys::generate();
@@ -1055,13 +1055,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
     let day = fleetd_actors::drift::kb::date_of(now);
     for i in 0..args.peers {
         let l = line::sign(
-            &NewLine {
-                ts_ms: now,
-                tick: 1,
-                kind: Some(Kind::Fencepost),
-                baseline: Some(format!("worker on service {i}")),
-                ..Default::default()
-            },
+            &NewLine::anchor(now, 1, &format!("worker on service {i}")),
             &home,
         );
         fleetd_actors::drift::kb::append_unsynced(&kb, &format!("w{i}"), &day, &l)?;

@@ -4,7 +4,7 @@
 //! anchors for one identity on one UTC day with different roles is caught: the leads on both
 //! other hosts are alerted, with both signed lines as proof.
 
-use fleetd_actors::drift::line::{Kind, NewLine, sign};
+use fleetd_actors::drift::line::{NewLine, sign};
 use fleetd_actors::events::EventKind;
 use serde_json::Value;
 
@@ -13,16 +13,7 @@ use crate::link::{config, host, link_event};
 
 fn anchor_line(key_file: &std::path::Path, ts_ms: u64, tick: u64, role: &str) -> String {
     let key = fleetd_actors::keys::load(key_file).unwrap();
-    sign(
-        &NewLine {
-            ts_ms,
-            tick,
-            kind: Some(Kind::Fencepost),
-            baseline: Some(role.into()),
-            ..Default::default()
-        },
-        &key,
-    )
+    sign(&NewLine::anchor(ts_ms, tick, role), &key)
 }
 
 fn now_ms() -> u64 {

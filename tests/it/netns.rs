@@ -281,13 +281,7 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
     let mut lines = vec![];
     for (i, role) in ["code reviewer", "release manager"].iter().enumerate() {
         let l = fleetd_actors::drift::line::sign(
-            &fleetd_actors::drift::line::NewLine {
-                ts_ms: now + i as u64,
-                tick: i as u64 + 1,
-                kind: Some(fleetd_actors::drift::line::Kind::Fencepost),
-                baseline: Some(role.to_string()),
-                ..Default::default()
-            },
+            &fleetd_actors::drift::line::NewLine::anchor(now + i as u64, i as u64 + 1, role),
             &key,
         );
         fleetd_actors::drift::kb::append(&kb, "x", &fleetd_actors::drift::kb::date_of(now), &l)

@@ -767,17 +767,8 @@ mod tests {
             kb.raw("libra", &date, bad);
         }
         // A forged line: a valid line altered after signing.
-        let forged = sign(
-            &NewLine {
-                ts_ms: NOW - 60_000,
-                tick: 9,
-                kind: Some(Kind::Fencepost),
-                baseline: Some("researcher".into()),
-                ..Default::default()
-            },
-            &key(),
-        )
-        .replace("researcher", "deployer");
+        let forged = sign(&NewLine::anchor(NOW - 60_000, 9, "researcher"), &key())
+            .replace("researcher", "deployer");
         kb.raw("libra", &date, &forged);
         let r = eval(&kb, "libra", None);
         assert_eq!(r.g1, "fail");
@@ -1187,16 +1178,7 @@ mod tests {
     /// holds it.
     fn remote(home: &str, identity: &str, role: &str, ts: Millis) -> RemoteAnchor {
         let k = SigningKey::from_bytes(&[6u8; 32]);
-        let l = sign(
-            &NewLine {
-                ts_ms: ts,
-                tick: 1,
-                kind: Some(Kind::Fencepost),
-                baseline: Some(role.into()),
-                ..Default::default()
-            },
-            &k,
-        );
+        let l = sign(&NewLine::anchor(ts, 1, role), &k);
         let v = line::check(&l, &[k.verifying_key()]).unwrap();
         RemoteAnchor {
             home: home.into(),

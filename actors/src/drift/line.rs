@@ -134,6 +134,19 @@ pub struct NewLine {
     pub extra: Map<String, Value>,
 }
 
+impl NewLine {
+    /// An anchor: a clean fencepost of the log's own identity, stating `role`.
+    pub fn anchor(ts_ms: Millis, tick: u64, role: &str) -> NewLine {
+        NewLine {
+            ts_ms,
+            tick,
+            kind: Some(Kind::Fencepost),
+            baseline: Some(role.into()),
+            ..Default::default()
+        }
+    }
+}
+
 /// Sign a line: returns its canonical text (with `signer` and `sig`).
 pub fn sign(n: &NewLine, key: &SigningKey) -> String {
     let mut o = n.extra.clone();

@@ -310,16 +310,7 @@ mod tests {
         let home = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
         let other = ed25519_dalek::SigningKey::from_bytes(&[4u8; 32]);
         let line = |k: &ed25519_dalek::SigningKey, role: &str| {
-            sign(
-                &NewLine {
-                    ts_ms: 1_796_212_800_000,
-                    tick: 1,
-                    kind: Some(Kind::Fencepost),
-                    baseline: Some(role.into()),
-                    ..Default::default()
-                },
-                k,
-            )
+            sign(&NewLine::anchor(1_796_212_800_000, 1, role), k)
         };
         let good = line(&home, "reviewer");
         let tampered = good.replace("reviewer", "deployer");
@@ -398,16 +389,7 @@ mod tests {
     fn a_reported_proof_must_verify_and_conflict() {
         let k = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
         let line = |ts, role: &str| {
-            crate::drift::line::sign(
-                &crate::drift::line::NewLine {
-                    ts_ms: ts,
-                    tick: 1,
-                    kind: Some(Kind::Fencepost),
-                    baseline: Some(role.into()),
-                    ..Default::default()
-                },
-                &k,
-            )
+            crate::drift::line::sign(&crate::drift::line::NewLine::anchor(ts, 1, role), &k)
         };
         let t = 20 * DAY_MS;
         let (a, b) = (line(t + 1, "reviewer"), line(t + 2, "release manager"));
