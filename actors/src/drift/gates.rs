@@ -136,7 +136,8 @@ impl OwnerIndex {
 /// Parse and check every line of a snapshot. Signatures are verified in one batch.
 pub fn index(s: &Snapshot, trusted: &[VerifyingKey]) -> Index {
     let mut out = Index::default();
-    let mut pending: Vec<(String, String, String, usize, line::Parsed)> = vec![];
+    // (owner, date, path, line number) and the line, for one batch signature check.
+    let mut pending = vec![];
     for (owner, logs) in &s.identities {
         let oi = out.owners.entry(owner.clone()).or_default();
         let files = match logs {
@@ -158,40 +159,30 @@ pub fn index(s: &Snapshot, trusted: &[VerifyingKey]) -> Index {
                 continue;
             }
             for (i, l) in lines.enumerate() {
-                if l.trim().is_empty() {
-                    continue;
-                }
-                match line::parse(l, trusted) {
-                    Ok(p) => {
-                        pending.push((owner.clone(), f.date.clone(), f.path.clone(), i + 2, p))
-                    }
-                    Err(why) => oi.bad.entry(f.date.clone()).or_default().push(format!(
-                        "G1: {} line {}: {why}",
-                        f.path,
-                        i + 2
-                    )),
+                if !l.trim().is_empty() {
+                    let at = (owner.clone(), f.date.clone(), f.path.clone(), i + 2);
+                    pending.push((at, l));
                 }
             }
         }
     }
-    let refs: Vec<&line::Parsed> = pending.iter().map(|(_, _, _, _, p)| p).collect();
-    let ok = line::verify_all(&refs);
-    for ((owner, date, path, lineno, p), good) in pending.into_iter().zip(ok) {
+    let (good, bad) = line::check_batch(pending, trusted, |_| true);
+    for ((owner, date, path, lineno), why) in bad {
+        let oi = out.owners.entry(owner).or_default();
+        oi.bad
+            .entry(date)
+            .or_default()
+            .push(format!("G1: {path} line {lineno}: {why}"));
+    }
+    for ((owner, date, path, lineno), v, _) in good {
         let oi = out.owners.entry(owner.clone()).or_default();
-        if good {
-            oi.files.entry(date.clone()).or_default().push(At {
-                owner,
-                date,
-                path,
-                lineno,
-                v: p.valid,
-            });
-        } else {
-            oi.bad
-                .entry(date)
-                .or_default()
-                .push(format!("G1: {path} line {lineno}: the signature does not verify (the line was altered or forged)"));
-        }
+        oi.files.entry(date.clone()).or_default().push(At {
+            owner,
+            date,
+            path,
+            lineno,
+            v,
+        });
     }
     for oi in out.owners.values_mut() {
         for v in oi.files.values_mut() {

@@ -195,7 +195,7 @@ pub fn next_tick(kb: &Path, identity: &str) -> u64 {
 /// The anchors this host serves to its peers: per identity in the KB, the lines of its newest
 /// `days` date files (each bounded by [`MAX_FILE`]) that verify against `key` and are anchors,
 /// as `(identity, line)`. Unreadable files are skipped (the peers keep what they have). The
-/// signatures are checked in one batch (one by one only if the batch fails).
+/// signatures are checked in one batch (`line::check_batch`).
 pub fn served_anchors(
     kb: &Path,
     key: &ed25519_dalek::VerifyingKey,
@@ -227,22 +227,21 @@ pub fn served_anchors(
             let Ok(text) = std::fs::read_to_string(&p) else {
                 continue;
             };
-            for l in text.lines().skip(1) {
-                if let Ok(p) = line::parse(l, std::slice::from_ref(key))
-                    && crate::drift::remote::is_anchor(&p.valid)
-                {
-                    candidates.push((identity.clone(), l.to_string(), p));
-                }
-            }
+            candidates.extend(
+                text.lines()
+                    .skip(1)
+                    .map(|l| (identity.clone(), l.to_string())),
+            );
         }
     }
-    let refs: Vec<&line::Parsed> = candidates.iter().map(|(_, _, p)| p).collect();
-    let ok = line::verify_all(&refs);
-    Ok(candidates
+    let (good, _) = line::check_batch(
+        candidates,
+        std::slice::from_ref(key),
+        crate::drift::remote::is_anchor,
+    );
+    Ok(good
         .into_iter()
-        .zip(ok)
-        .filter(|(_, ok)| *ok)
-        .map(|((identity, l, _), _)| (identity, l))
+        .map(|(identity, _, l)| (identity, l))
         .collect())
 }
 

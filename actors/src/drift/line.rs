@@ -311,13 +311,46 @@ pub fn verify_all(parsed: &[&Parsed]) -> Vec<bool> {
         .collect()
 }
 
+/// Why a line whose signature does not hold fails G1.
+const ALTERED: &str = "the signature does not verify (the line was altered or forged)";
+
 /// G1 for one line, signature included.
 pub fn check(line: &str, trusted: &[VerifyingKey]) -> Result<Valid, String> {
     let p = parse(line, trusted)?;
     if p.key.verify_strict(&p.message, &p.sig).is_err() {
-        return Err("the signature does not verify (the line was altered or forged)".into());
+        return Err(ALTERED.into());
     }
     Ok(p.valid)
+}
+
+/// `check` for many lines at once: each `(tag, line)` is parsed against `trusted`, and the
+/// parsed lines `keep` accepts are verified in one batch (`verify_all`). Returns the lines that
+/// verify with what they say, and each failure's tag and why; lines `keep` refuses are left out.
+#[allow(clippy::type_complexity)]
+pub fn check_batch<T, L: AsRef<str>>(
+    lines: impl IntoIterator<Item = (T, L)>,
+    trusted: &[VerifyingKey],
+    keep: impl Fn(&Valid) -> bool,
+) -> (Vec<(T, Valid, L)>, Vec<(T, String)>) {
+    let (mut parsed, mut bad) = (vec![], vec![]);
+    for (tag, l) in lines {
+        match parse(l.as_ref(), trusted) {
+            Ok(p) if keep(&p.valid) => parsed.push((tag, p, l)),
+            Ok(_) => {}
+            Err(why) => bad.push((tag, why)),
+        }
+    }
+    let refs: Vec<&Parsed> = parsed.iter().map(|(_, p, _)| p).collect();
+    let ok = verify_all(&refs);
+    let mut good = Vec::with_capacity(parsed.len());
+    for ((tag, p, l), ok) in parsed.into_iter().zip(ok) {
+        if ok {
+            good.push((tag, p.valid, l));
+        } else {
+            bad.push((tag, ALTERED.into()));
+        }
+    }
+    (good, bad)
 }
 
 #[cfg(test)]

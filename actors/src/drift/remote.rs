@@ -76,30 +76,15 @@ pub fn verify_served(
     key: &ed25519_dalek::VerifyingKey,
     max: usize,
 ) -> (Vec<(String, Valid, String)>, Vec<(String, String)>) {
-    let (mut parsed, mut dropped) = (vec![], vec![]);
+    let (mut named, mut dropped) = (vec![], vec![]);
     for (identity, l) in served.into_iter().take(max) {
-        if let Err(e) = crate::types::MemberName::new(&identity) {
-            dropped.push((identity, e.to_string()));
-            continue;
-        }
-        match crate::drift::line::parse(&l, std::slice::from_ref(key)) {
-            Ok(p) => parsed.push((identity, p, l)),
-            Err(why) => dropped.push((identity, why)),
+        match crate::types::MemberName::new(&identity) {
+            Ok(_) => named.push((identity, l)),
+            Err(e) => dropped.push((identity, e.to_string())),
         }
     }
-    let refs: Vec<&crate::drift::line::Parsed> = parsed.iter().map(|(_, p, _)| p).collect();
-    let ok = crate::drift::line::verify_all(&refs);
-    let mut good = Vec::with_capacity(parsed.len());
-    for ((identity, p, l), ok) in parsed.into_iter().zip(ok) {
-        if ok {
-            good.push((identity, p.valid, l));
-        } else {
-            dropped.push((
-                identity,
-                "the signature does not verify (the line was altered or forged)".into(),
-            ));
-        }
-    }
+    let (good, bad) = crate::drift::line::check_batch(named, std::slice::from_ref(key), |_| true);
+    dropped.extend(bad);
     (good, dropped)
 }
 
