@@ -435,6 +435,14 @@ impl CompiledProfile {
 }
 
 impl Config {
+    /// The configured public key of peer host `name` (None if it is not a peer, or its key does
+    /// not parse; `validate` refuses such a config).
+    pub fn peer_key(&self, name: &str) -> Option<ed25519_dalek::VerifyingKey> {
+        self.peers
+            .get(name)
+            .and_then(|p| crate::keys::parse_public(&p.public_key).ok())
+    }
+
     /// Parse TOML text; unknown keys are errors so typos do not pass silently.
     pub fn parse(text: &str) -> Result<Config, FleetError> {
         toml::from_str::<Config>(text).map_err(|e| {

@@ -99,11 +99,8 @@ impl AnchorService {
         let key = if home == c.daemon.host {
             self.ctx.host_key.verifying_key()
         } else {
-            let p = c
-                .peers
-                .get(&home)
-                .ok_or_else(|| format!("`{home}` is not a configured peer"))?;
-            fleetd_actors::keys::parse_public(&p.public_key).map_err(|e| e.to_string())?
+            c.peer_key(&home)
+                .ok_or_else(|| format!("`{home}` is not a configured peer"))?
         };
         let e = check_proof(home, identity, lines, &key)?;
         if let Some(p) = self

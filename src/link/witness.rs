@@ -114,12 +114,7 @@ impl WitnessService {
             accepted: "a checkpoint signed by the peer's host key, with the entries that extend what this host witnessed".into(),
         }
         };
-        let c = self.ctx.config();
-        let Some(key) = c
-            .peers
-            .get(peer)
-            .and_then(|p| fleetd_actors::keys::parse_public(&p.public_key).ok())
-        else {
+        let Some(key) = self.ctx.config().peer_key(peer) else {
             return refuse("not a configured peer".into());
         };
         let Some(origin) = note.lines().next().map(str::to_string) else {
@@ -297,13 +292,10 @@ impl WitnessService {
             match wire::request(peer, conn, &req).await {
                 Ok(Response::Cosigned { signature }) => {
                     let body = format!("{note}{signature}\n");
-                    let key = self
+                    let checked = self
                         .ctx
                         .config()
-                        .peers
-                        .get(peer)
-                        .and_then(|p| fleetd_actors::keys::parse_public(&p.public_key).ok());
-                    let checked = key
+                        .peer_key(peer)
                         .ok_or_else(|| "it is no longer a configured peer".to_string())
                         .and_then(|k| {
                             fleetd_actors::keys::verify_cosignature(
