@@ -62,6 +62,8 @@ pub enum MailMsg {
     Stored {
         result: Result<(), FleetError>,
         group: Vec<Queued>,
+        /// The highest sequence number the group holds, per peer.
+        upto: BTreeMap<String, u64>,
     },
     /// A transmission ended.
     Sent {
@@ -128,9 +130,16 @@ pub struct MailView {
 }
 
 impl MailState {
+    /// How many received messages are held for the lead.
+    fn held(&self) -> usize {
+        self.inbox
+            .iter()
+            .filter(|(_, e)| matches!(e.item, Item::Mail { .. }))
+            .count()
+    }
+
     fn publish(&self) {
-        let mail = |e: &Envelope| matches!(e.item, Item::Mail { .. });
-        let held_total = self.inbox.iter().filter(|(_, e)| mail(e)).count();
+        let held_total = self.held();
         let held = self
             .inbox
             .iter()
@@ -273,10 +282,10 @@ impl MailState {
             return;
         }
         let group = std::mem::take(&mut self.group);
-        let mut next: BTreeMap<String, u64> = BTreeMap::new();
+        let mut upto: BTreeMap<String, u64> = BTreeMap::new();
         for q in &group {
-            let n = next.entry(q.peer.clone()).or_default();
-            *n = (*n).max(q.env.seq + 1);
+            let u = upto.entry(q.peer.clone()).or_default();
+            *u = (*u).max(q.env.seq);
         }
         let b = Batch {
             tickets: group.iter().filter_map(|q| q.ticket.clone()).collect(),
@@ -284,9 +293,9 @@ impl MailState {
                 .iter()
                 .map(|q| (q.peer.clone(), q.env.clone()))
                 .collect(),
-            mail_meta: next
-                .into_iter()
-                .map(|(p, n)| (format!("next:{p}"), n))
+            mail_meta: upto
+                .iter()
+                .map(|(p, u)| (format!("next:{p}"), u + 1))
                 .collect(),
             ..Default::default()
         };
@@ -298,7 +307,11 @@ impl MailState {
         let (store, me) = (self.ctx.store.clone(), me.clone());
         tokio::spawn(async move {
             let result = store.run(move |s| s.commit(&b)).await;
-            let _ = me.cast(MailMsg::Stored { result, group });
+            let _ = me.cast(MailMsg::Stored {
+                result,
+                group,
+                upto,
+            });
         });
     }
 
@@ -310,16 +323,12 @@ impl MailState {
         me: &ActorRef<MailMsg>,
         result: Result<(), FleetError>,
         group: Vec<Queued>,
+        upto: BTreeMap<String, u64>,
         now: Millis,
     ) {
         self.committing = false;
         match result {
             Ok(()) => {
-                let mut upto: BTreeMap<String, u64> = BTreeMap::new();
-                for q in &group {
-                    let u = upto.entry(q.peer.clone()).or_default();
-                    *u = (*u).max(q.env.seq);
-                }
                 for (p, u) in &upto {
                     self.core.stored(p, *u);
                 }
@@ -614,8 +623,12 @@ impl Actor for MailActor {
                     }
                 }
             }
-            MailMsg::Stored { result, group } => {
-                st.stored(&myself, result, group, now).await;
+            MailMsg::Stored {
+                result,
+                group,
+                upto,
+            } => {
+                st.stored(&myself, result, group, upto, now).await;
             }
             MailMsg::Receive {
                 peer,
@@ -623,14 +636,8 @@ impl Actor for MailActor {
                 envelopes,
                 reply,
             } => {
-                let held = st
-                    .inbox
-                    .iter()
-                    .filter(|(_, e)| matches!(e.item, Item::Mail { .. }))
-                    .count();
-                let r = st
-                    .core
-                    .receive(&peer, epoch, envelopes, MAX_HELD.saturating_sub(held));
+                let room = MAX_HELD.saturating_sub(st.held());
+                let r = st.core.receive(&peer, epoch, envelopes, room);
                 if r.reset {
                     tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
                 }
