@@ -116,6 +116,22 @@ pub struct Stats {
     pub per_sec: f64,
 }
 
+/// Print `rows` as a table of p50 and p99 (µs), the names padded to the longest.
+fn print_p50_p99<'a>(rows: impl IntoIterator<Item = &'a Stats>) {
+    let rows: Vec<&Stats> = rows.into_iter().collect();
+    let w = rows.iter().map(|s| s.name.len()).max().unwrap_or(0).max(11);
+    println!(
+        "{:<w$} {:>7} {:>10} {:>10}",
+        "measurement", "n", "p50 µs", "p99 µs"
+    );
+    for s in rows {
+        println!(
+            "{:<w$} {:>7} {:>10.1} {:>10.1}",
+            s.name, s.n, s.p50_us, s.p99_us
+        );
+    }
+}
+
 fn stats(name: &str, mut v: Vec<Duration>) -> Stats {
     v.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -848,16 +864,7 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
             )?
         );
     } else {
-        println!(
-            "{:<38} {:>7} {:>10} {:>10}",
-            "measurement", "n", "p50 µs", "p99 µs"
-        );
-        for s in [&r, &o] {
-            println!(
-                "{:<38} {:>7} {:>10.1} {:>10.1}",
-                s.name, s.n, s.p50_us, s.p99_us
-            );
-        }
+        print_p50_p99([&r, &o]);
         println!(
             "  -> p50 ratio {:.2}x, p99 ratio {:.2}x",
             o.p50_us / r.p50_us,
@@ -1017,16 +1024,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
             )?
         );
     } else {
-        println!(
-            "{:<40} {:>7} {:>10} {:>10}",
-            "measurement", "n", "p50 µs", "p99 µs"
-        );
-        for s in [&r, &c, &o, &a] {
-            println!(
-                "{:<40} {:>7} {:>10.1} {:>10.1}",
-                s.name, s.n, s.p50_us, s.p99_us
-            );
-        }
+        print_p50_p99([&r, &c, &o, &a]);
         println!(
             "  -> p50 {:.2}x a raw echo; {:.2}x (echo + 3 redb commits)",
             o.p50_us / r.p50_us,
@@ -1185,16 +1183,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
             args.peers,
             bytes / 1024
         );
-        println!(
-            "{:<42} {:>5} {:>10} {:>10}",
-            "measurement", "n", "p50 µs", "p99 µs"
-        );
-        for s in &rows {
-            println!(
-                "{:<42} {:>5} {:>10.1} {:>10.1}",
-                s.name, s.n, s.p50_us, s.p99_us
-            );
-        }
+        print_p50_p99(&rows);
         println!(
             "  -> request {:.2}x a raw echo of its bytes; verify+G3 {:.2}x the bare signature checks",
             rows[3].p50_us / rows[0].p50_us,
