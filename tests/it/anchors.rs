@@ -129,14 +129,9 @@ async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_th
     let clean = anchor_line(&c.key_file, obs_ms, 2, "code reviewer");
     fleetd_actors::drift::kb::append(&kb, "x", &fleetd_actors::drift::kb::date_of(obs_ms), &clean)
         .unwrap();
-    let g4 = ea
-        .until("alpha's G4 alert about x@gamma", |x| {
-            matches!(&x.kind, EventKind::DriftAlert { peer, rule, .. } if peer == "x@gamma" && rule == "G4")
-        })
+    let text = ea
+        .alert("alpha's G4 alert about x@gamma", "x@gamma", "G4", |_| true)
         .await;
-    let EventKind::DriftAlert { text, .. } = &g4.kind else {
-        unreachable!()
-    };
     assert!(text.contains("gamma's anchors of x"), "{text}");
     let r = drift_report(&da, &mut ea, "x@gamma", |r| r["g4"] == "alert").await;
     assert_eq!(r["verdict"], "untrusted", "{r}");
@@ -158,15 +153,11 @@ async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_th
     let second = anchor_line(&c.key_file, obs_ms + 2, 3, "release manager");
     fleetd_actors::drift::kb::append(&kb, "x", &day, &second).unwrap();
     for (d, e) in [(&da, &mut ea), (&db, &mut eb)] {
-        let alert = e
-            .until("the equivocation alert", |x| {
-                matches!(&x.kind, EventKind::DriftAlert { peer, rule, text, .. }
-                    if peer == "x@gamma" && rule == "G3" && text.starts_with("equivocation"))
+        let text = e
+            .alert("the equivocation alert", "x@gamma", "G3", |t| {
+                t.starts_with("equivocation")
             })
             .await;
-        let EventKind::DriftAlert { text, .. } = &alert.kind else {
-            unreachable!()
-        };
         assert!(text.contains("equivocation"), "{text}");
         assert!(text.contains(&second), "{text}");
         assert!(text.contains(&first) || text.contains(&clean), "{text}");

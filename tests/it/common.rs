@@ -328,6 +328,26 @@ pub struct Events {
 
 impl Events {
     /// Wait (bounded) for the first event (seen or new) matching `pred`.
+    /// Wait for a drift alert about `peer` under `rule` whose text `text` accepts; its text.
+    pub async fn alert(
+        &mut self,
+        what: &str,
+        peer: &str,
+        rule: &str,
+        text: impl Fn(&str) -> bool,
+    ) -> String {
+        let e = self
+            .until(what, |e| {
+                matches!(&e.kind, EventKind::DriftAlert { peer: p, rule: r, text: t, .. }
+                    if p == peer && r == rule && text(t))
+            })
+            .await;
+        match e.kind {
+            EventKind::DriftAlert { text, .. } => text,
+            _ => unreachable!(),
+        }
+    }
+
     pub async fn until(&mut self, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
         if let Some(e) = self.seen.iter().find(|e| pred(e)) {
             return e.clone();

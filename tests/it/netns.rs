@@ -289,14 +289,9 @@ async fn a_partitioned_host_is_seen_down_by_both_others_and_relinks_when_healed(
         lines.push(l);
     }
     for e in [&mut ea, &mut eb] {
-        let alert = e
-            .until("the equivocation alert", |x| {
-                matches!(&x.kind, EventKind::DriftAlert { peer, rule, .. } if peer == "x@c" && rule == "G3")
-            })
+        let text = e
+            .alert("the equivocation alert", "x@c", "G3", |_| true)
             .await;
-        let EventKind::DriftAlert { text, .. } = &alert.kind else {
-            unreachable!()
-        };
         assert!(
             text.contains(&lines[0]) && text.contains(&lines[1]),
             "{text}"

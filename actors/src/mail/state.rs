@@ -424,6 +424,13 @@ mod tests {
         )
     }
 
+    /// The receiver takes batch `b` from alpha, with all the room it wants, and keeps it.
+    fn take(rx: &mut Postbox, b: Vec<Envelope>) -> Received {
+        let r = rx.receive("alpha", 7, b, usize::MAX);
+        rx.commit("alpha", &r);
+        r
+    }
+
     /// Queue and store at once (what a shell whose commit succeeded does).
     fn put(p: &mut Postbox, peer: &str, item: Item) -> Option<Envelope> {
         let e = p.enqueue(peer, item).ok()?;
@@ -644,8 +651,7 @@ mod tests {
                     // Deliver the oldest batch on the wire and ack it.
                     0 | 1 if !wire.is_empty() => {
                         let b = wire.remove(0);
-                        let r = rx.receive("alpha", 7, b, usize::MAX);
-                        rx.commit("alpha", &r);
+                        let r = take(&mut rx, b);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.acked("beta", r.upto, now);
                         step(&mut tx, fx, &mut wire);
@@ -653,8 +659,7 @@ mod tests {
                     // Deliver, but the ack is lost.
                     2 if !wire.is_empty() => {
                         let b = wire.remove(x as usize % wire.len());
-                        let r = rx.receive("alpha", 7, b, usize::MAX);
-                        rx.commit("alpha", &r);
+                        let r = take(&mut rx, b);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.failed("beta", now);
                         step(&mut tx, fx, &mut wire);
@@ -691,8 +696,7 @@ mod tests {
                     continue;
                 }
                 let b = wire.remove(0);
-                let r = rx.receive("alpha", 7, b, usize::MAX);
-                rx.commit("alpha", &r);
+                let r = take(&mut rx, b);
                 accepted.extend(r.accepted.iter().map(|e| e.seq));
                 let fx = tx.acked("beta", r.upto, now);
                 step(&mut tx, fx, &mut wire);
@@ -759,8 +763,7 @@ mod tests {
                     // Deliver the oldest batch and ack it.
                     3 | 4 if !wire.is_empty() => {
                         let b = wire.remove(0);
-                        let r = rx.receive("alpha", 7, b, usize::MAX);
-                        rx.commit("alpha", &r);
+                        let r = take(&mut rx, b);
                         accepted.extend(items(&r));
                         let fx = tx.acked("beta", r.upto, now);
                         push(fx, &mut wire, &committed);
@@ -787,8 +790,7 @@ mod tests {
                     continue;
                 }
                 let b = wire.remove(0);
-                let r = rx.receive("alpha", 7, b, usize::MAX);
-                rx.commit("alpha", &r);
+                let r = take(&mut rx, b);
                 accepted.extend(items(&r));
                 let fx = tx.acked("beta", r.upto, now);
                 push(fx, &mut wire, &committed);
