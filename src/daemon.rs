@@ -139,23 +139,13 @@ async fn start_post_office(
     use fleetd_actors::mail::actor::{MailActor, MailArgs};
     let f = fleet.clone();
     fleet
-        .start_child(ChildSpec {
-            id: "mail".into(),
-            kind: "mail",
-            on_down: None,
-            start: Arc::new(move |sup| {
-                let args = MailArgs {
-                    fleet: f.clone(),
-                    transport: transport.clone(),
-                };
-                Box::pin(async move {
-                    let (r, _) = Actor::spawn_linked(None, MailActor, args, sup)
-                        .await
-                        .map_err(|e| FleetError::internal("post office start", e.to_string()))?;
-                    Ok(r.get_cell())
-                })
-            }),
-        })
+        .start_child(ChildSpec::actor("mail", "mail", move || {
+            let args = MailArgs {
+                fleet: f.clone(),
+                transport: transport.clone(),
+            };
+            (MailActor, args)
+        }))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
@@ -396,20 +386,9 @@ impl Daemon {
             reload,
         };
         fleet
-            .start_child(ChildSpec {
-                id: "api".into(),
-                kind: "api",
-                on_down: None,
-                start: Arc::new(move |sup| {
-                    let a = args.clone();
-                    Box::pin(async move {
-                        let (r, _) = Actor::spawn_linked(None, ApiActor, a, sup)
-                            .await
-                            .map_err(|e| FleetError::internal("API start", e.to_string()))?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            })
+            .start_child(ChildSpec::actor("api", "api", move || {
+                (ApiActor, args.clone())
+            }))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         // Settled receipts beyond retention are trimmed now and then.

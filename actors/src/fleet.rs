@@ -294,91 +294,33 @@ impl Fleet {
             ctx: ctx.clone(),
             sup,
         };
-        let c1 = ctx.clone();
+        // The singletons: their directory entry is cleared when they end.
+        for spec in [
+            {
+                let c = ctx.clone();
+                ChildSpec::actor("registry", "registry", move || (RegistryActor, c.clone()))
+            },
+            {
+                let c = ctx.clone();
+                ChildSpec::actor("tickets", "tickets", move || (DeskActor, c.clone()))
+            },
+            {
+                let c = ctx.clone();
+                ChildSpec::actor("ledger", "ledger", move || {
+                    (LedgerWriter, LedgerArgs { ctx: c.clone() })
+                })
+            },
+        ] {
+            let c = ctx.clone();
+            fleet
+                .start_child(spec.on_down(move |id| c.dir.remove_singleton(id)))
+                .await?;
+        }
+        let c = ctx.clone();
         fleet
-            .start_child(ChildSpec {
-                id: "registry".into(),
-                kind: "registry",
-                on_down: Some(Arc::new({
-                    let c = ctx.clone();
-                    move |id| c.dir.remove_singleton(id)
-                })),
-                start: Arc::new(move |sup| {
-                    let c = c1.clone();
-                    Box::pin(async move {
-                        let (r, _) = Actor::spawn_linked(None, RegistryActor, c, sup)
-                            .await
-                            .map_err(|e| FleetError::internal("registry start", e.to_string()))?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            })
-            .await?;
-        let c2 = ctx.clone();
-        fleet
-            .start_child(ChildSpec {
-                id: "tickets".into(),
-                kind: "tickets",
-                on_down: Some(Arc::new({
-                    let c = ctx.clone();
-                    move |id| c.dir.remove_singleton(id)
-                })),
-                start: Arc::new(move |sup| {
-                    let c = c2.clone();
-                    Box::pin(async move {
-                        let (r, _) =
-                            Actor::spawn_linked(None, DeskActor, c, sup)
-                                .await
-                                .map_err(|e| {
-                                    FleetError::internal("ticket desk start", e.to_string())
-                                })?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            })
-            .await?;
-        let c3 = ctx.clone();
-        fleet
-            .start_child(ChildSpec {
-                id: "ledger".into(),
-                kind: "ledger",
-                on_down: Some(Arc::new({
-                    let c = ctx.clone();
-                    move |id| c.dir.remove_singleton(id)
-                })),
-                start: Arc::new(move |sup| {
-                    let c = c3.clone();
-                    Box::pin(async move {
-                        let (r, _) =
-                            Actor::spawn_linked(None, LedgerWriter, LedgerArgs { ctx: c }, sup)
-                                .await
-                                .map_err(|e| {
-                                    FleetError::internal("ledger writer start", e.to_string())
-                                })?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            })
-            .await?;
-        let c4 = ctx.clone();
-        fleet
-            .start_child(ChildSpec {
-                id: "drift".into(),
-                kind: "drift",
-                on_down: None,
-                start: Arc::new(move |sup| {
-                    let c = c4.clone();
-                    Box::pin(async move {
-                        let (r, _) =
-                            Actor::spawn_linked(None, crate::drift::actor::DriftScheduler, c, sup)
-                                .await
-                                .map_err(|e| {
-                                    FleetError::internal("drift scheduler start", e.to_string())
-                                })?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            })
+            .start_child(ChildSpec::actor("drift", "drift", move || {
+                (crate::drift::actor::DriftScheduler, c.clone())
+            }))
             .await?;
         for d in ctx.decision_views().into_iter().filter(|d| d.is_open()) {
             if let Err(e) = fleet.start_decision(d.id).await {
@@ -410,25 +352,18 @@ impl Fleet {
     /// Start the supervised record of an open decision (it rebuilds itself from the ledger).
     async fn start_decision(&self, id: DecisionId) -> Result<(), FleetError> {
         let (c, c2) = (self.ctx.clone(), self.ctx.clone());
-        self.start_child(ChildSpec {
-            id: format!("decision:{id}"),
-            kind: "decision",
-            on_down: Some(Arc::new(move |actor| c.dir.remove_decision(id, actor))),
-            start: Arc::new(move |sup| {
-                let args = DecisionArgs {
-                    ctx: c2.clone(),
-                    id,
-                };
-                Box::pin(async move {
-                    let (r, _) = Actor::spawn_linked(None, DecisionActor, args, sup)
-                        .await
-                        .map_err(|e| {
-                            FleetError::internal("decision record start", e.to_string())
-                        })?;
-                    Ok(r.get_cell())
-                })
-            }),
-        })
+        self.start_child(
+            ChildSpec::actor(format!("decision:{id}"), "decision", move || {
+                (
+                    DecisionActor,
+                    DecisionArgs {
+                        ctx: c2.clone(),
+                        id,
+                    },
+                )
+            })
+            .on_down(move |actor| c.dir.remove_decision(id, actor)),
+        )
         .await
     }
 
@@ -441,44 +376,30 @@ impl Fleet {
         let h = Arc::new(Mutex::new(handle));
         let (ctx, n) = (self.ctx.clone(), name.clone());
         let (c, nm) = (self.ctx.clone(), name.clone());
-        self.start_child(ChildSpec {
-            id: format!("slot:{name}"),
-            kind: "slot",
-            on_down: Some(Arc::new(move |id| c.dir.remove_slot(&nm, id))),
-            start: Arc::new(move |sup| {
+        self.start_child(
+            ChildSpec::actor(format!("slot:{name}"), "slot", move || {
                 let args = SlotArgs {
                     ctx: ctx.clone(),
                     name: n.clone(),
                     handle: h.clone(),
                 };
-                Box::pin(async move {
-                    let (r, _) = Actor::spawn_linked(None, SlotActor, args, sup)
-                        .await
-                        .map_err(|e| FleetError::internal("slot start", e.to_string()))?;
-                    Ok(r.get_cell())
-                })
-            }),
-        })
+                (SlotActor, args)
+            })
+            .on_down(move |id| c.dir.remove_slot(&nm, id)),
+        )
         .await?;
         let (ctx, n) = (self.ctx.clone(), name.clone());
         let (c, nm) = (self.ctx.clone(), name.clone());
-        self.start_child(ChildSpec {
-            id: format!("injector:{name}"),
-            kind: "injector",
-            on_down: Some(Arc::new(move |id| c.dir.remove_injector(&nm, id))),
-            start: Arc::new(move |sup| {
+        self.start_child(
+            ChildSpec::actor(format!("injector:{name}"), "injector", move || {
                 let args = InjectorArgs {
                     ctx: ctx.clone(),
                     target: n.clone(),
                 };
-                Box::pin(async move {
-                    let (r, _) = Actor::spawn_linked(None, InjectorActor, args, sup)
-                        .await
-                        .map_err(|e| FleetError::internal("injector start", e.to_string()))?;
-                    Ok(r.get_cell())
-                })
-            }),
-        })
+                (InjectorActor, args)
+            })
+            .on_down(move |id| c.dir.remove_injector(&nm, id)),
+        )
         .await
     }
 

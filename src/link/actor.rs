@@ -163,28 +163,18 @@ impl Links {
             let conns = Conns::default();
             let cur = current.clone();
             let an = anchors.clone();
-            let spec = ChildSpec {
-                id: format!("link:{}", peer.name),
-                kind: "link",
-                on_down: None,
-                start: Arc::new(move |supcell| {
-                    let args = LinkArgs {
-                        conns: conns.clone(),
-                        current: cur.clone(),
-                        anchors: an.clone(),
-                        ctx: c.clone(),
-                        endpoint: e.clone(),
-                        peer: p.clone(),
-                        registry: a.clone(),
-                    };
-                    Box::pin(async move {
-                        let (r, _) = Actor::spawn_linked(None, PeerLink, args, supcell)
-                            .await
-                            .map_err(|e| FleetError::internal("peer link start", e.to_string()))?;
-                        Ok(r.get_cell())
-                    })
-                }),
-            };
+            let spec = ChildSpec::actor(format!("link:{}", peer.name), "link", move || {
+                let args = LinkArgs {
+                    conns: conns.clone(),
+                    current: cur.clone(),
+                    anchors: an.clone(),
+                    ctx: c.clone(),
+                    endpoint: e.clone(),
+                    peer: p.clone(),
+                    registry: a.clone(),
+                };
+                (PeerLink, args)
+            });
             start_child(&sup, spec).await?;
         }
         let (e, a, c) = (endpoint.clone(), actors.clone(), ctx.clone());
@@ -224,25 +214,15 @@ impl Links {
             anchors.clone(),
             endpoint.peers().to_vec(),
         );
-        let spec = ChildSpec {
-            id: "anchors".into(),
-            kind: "anchors",
-            on_down: None,
-            start: Arc::new(move |supcell| {
-                let args = AnchorArgs {
-                    ctx: c.clone(),
-                    service: an.clone(),
-                    current: cur.clone(),
-                    peers: peers.clone(),
-                };
-                Box::pin(async move {
-                    let (r, _) = Actor::spawn_linked(None, AnchorPuller, args, supcell)
-                        .await
-                        .map_err(|e| FleetError::internal("anchor puller start", e.to_string()))?;
-                    Ok(r.get_cell())
-                })
-            }),
-        };
+        let spec = ChildSpec::actor("anchors", "anchors", move || {
+            let args = AnchorArgs {
+                ctx: c.clone(),
+                service: an.clone(),
+                current: cur.clone(),
+                peers: peers.clone(),
+            };
+            (AnchorPuller, args)
+        });
         start_child(&sup, spec).await?;
         Ok(Links {
             endpoint,

@@ -190,21 +190,13 @@ async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>
         .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?
         .clone();
     let (c, p) = (ctx.clone(), peer.to_string());
-    let spec = ChildSpec {
-        id: format!("drift:{peer}"),
-        kind: "drift",
-        on_down: None,
-        start: Arc::new(move |supcell| {
-            let (c, p) = (c.clone(), p.clone());
-            Box::pin(async move {
-                let (r, _) =
-                    Actor::spawn_linked(None, DriftPuller, PullerArgs { ctx: c, peer: p }, supcell)
-                        .await
-                        .map_err(|e| FleetError::internal("drift puller start", e.to_string()))?;
-                Ok(r.get_cell())
-            })
-        }),
-    };
+    let spec = ChildSpec::actor(format!("drift:{peer}"), "drift", move || {
+        let args = PullerArgs {
+            ctx: c.clone(),
+            peer: p.clone(),
+        };
+        (DriftPuller, args)
+    });
     crate::supervisor::actor::start_child(&sup, spec).await?;
     // The puller registered itself in pre_start.
     ctx.drift

@@ -36,6 +36,39 @@ pub struct ChildSpec {
     pub on_down: Option<DownFn>,
 }
 
+impl ChildSpec {
+    /// A child that is an actor, started (and restarted) linked to its supervisor with what
+    /// `make` gives each time: the actor and its arguments.
+    pub fn actor<A: Actor>(
+        id: impl Into<String>,
+        kind: &'static str,
+        make: impl Fn() -> (A, A::Arguments) + Send + Sync + 'static,
+    ) -> ChildSpec {
+        let id = id.into();
+        let what = format!("start of {id}");
+        ChildSpec {
+            id,
+            kind,
+            on_down: None,
+            start: Arc::new(move |sup| {
+                let ((actor, args), what) = (make(), what.clone());
+                Box::pin(async move {
+                    let (r, _) = Actor::spawn_linked(None, actor, args, sup)
+                        .await
+                        .map_err(|e| FleetError::internal(what, e.to_string()))?;
+                    Ok(r.get_cell())
+                })
+            }),
+        }
+    }
+
+    /// Call `f` with the child's actor id when it ends (to clear its directory entry).
+    pub fn on_down(mut self, f: impl Fn(ractor::ActorId) + Send + Sync + 'static) -> ChildSpec {
+        self.on_down = Some(Arc::new(f));
+        self
+    }
+}
+
 /// Start `spec` under `sup` and wait (bounded) until it runs.
 pub async fn start_child(sup: &ActorRef<SupervisorMsg>, spec: ChildSpec) -> Result<(), FleetError> {
     let id = spec.id.clone();
