@@ -324,17 +324,16 @@ impl Actor for DriftPuller {
         }
         // The report is visible (status, /drift) before its alerts are raised, so whoever
         // reacts to an alert sees the verdict that caused it.
-        let fresh: Vec<String> = report
-            .alerts
+        let fresh: Vec<(&'static str, String)> = report
+            .raise
             .iter()
-            .filter(|a| a.starts_with("G3 conflict") || a.starts_with("G4 alert"))
             // A conflict is raised once, not at every heartbeat (nor again after a restart).
-            .filter(|a| st.ctx.drift.first_raise(&st.peer, a))
+            .filter(|(_, a)| st.ctx.drift.first_raise(&st.peer, a))
             .cloned()
             .collect();
         st.ctx.drift.set_report(report);
-        for a in &fresh {
-            let rule = if a.starts_with("G4") { "G4" } else { "G3" };
+        for (rule, a) in &fresh {
+            let rule = *rule;
             raise(&st.ctx, &st.peer, rule, a.clone()).await;
             if rule == "G4"
                 && let Some(r) = &reader

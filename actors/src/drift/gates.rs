@@ -331,6 +331,11 @@ pub struct Report {
     pub alerts: Vec<String>,
     /// Identities whose reports about the peer G3 weighed.
     pub reporters: Vec<String>,
+    /// The alerts to raise to the lead, by rule (`G3` conflicts, `G4` alerts), each among
+    /// `alerts` too. A remote identity's equivocation by its own home is not among them: the
+    /// anchor puller raises that one with its proof.
+    #[serde(skip)]
+    pub raise: Vec<(&'static str, String)>,
 }
 
 impl Report {
@@ -383,6 +388,7 @@ pub fn evaluate(
     cached: Option<(&str, &str, u64)>,
 ) -> Report {
     let mut alerts = vec![];
+    let mut raise = vec![];
     let own = ix.owners.get(peer);
     // ---- the anchor: the last clean fencepost/reanchor about itself in the latest-date log ----
     let mut g1 = "pass";
@@ -489,29 +495,36 @@ pub fn evaluate(
                 // A remote identity's own home signing both is the cross-host equivocation:
                 // the anchor puller raises that with its proof, so it is listed here, not
                 // raised twice.
-                let what = if is_remote(peer) && a.owner == peer && b.owner == peer {
+                let equivocation = is_remote(peer) && a.owner == peer && b.owner == peer;
+                let what = if equivocation {
                     "G3 equivocation (raised with its proof by the anchor puller)"
                 } else {
                     "G3 conflict (same 24 h window)"
                 };
                 if seen_pairs.insert(key) {
-                    alerts.push(format!(
+                    let t = format!(
                         "{what}: {} says {ba:?}, {} says {bb:?} about {peer} on {}",
                         a.place(),
                         b.place(),
                         &a.v.ts[..10.min(a.v.ts.len())]
-                    ));
+                    );
+                    if !equivocation {
+                        raise.push(("G3", t.clone()));
+                    }
+                    alerts.push(t);
                 }
                 conflict = true;
             }
             if a.minute() == b.minute() && a.v.clean != b.v.clean {
                 let (clean, drift) = if a.v.clean { (a, b) } else { (b, a) };
-                alerts.push(format!(
+                let t = format!(
                     "G3 conflict (same minute): {} reports {peer} clean and {} reports it in drift at {}",
                     clean.place(),
                     drift.place(),
                     &clean.v.ts[..16.min(clean.v.ts.len())]
-                ));
+                );
+                raise.push(("G3", t.clone()));
+                alerts.push(t);
                 conflict = true;
             }
         }
@@ -520,7 +533,12 @@ pub fn evaluate(
         for a in &rs {
             let b = a.v.baseline.as_deref().unwrap_or("");
             if let Some(role) = forbidden.iter().find(|f| names_role(b, f)) {
-                alerts.push(format!("G3 conflict (circle): {} says {peer} is {b:?}, which names the forbidden role {role:?}", a.place()));
+                let t = format!(
+                    "G3 conflict (circle): {} says {peer} is {b:?}, which names the forbidden role {role:?}",
+                    a.place()
+                );
+                raise.push(("G3", t.clone()));
+                alerts.push(t);
                 conflict = true;
             }
         }
@@ -559,13 +577,15 @@ pub fn evaluate(
                 }
                 if t.v.clean != m.v.clean {
                     g4 = "alert";
-                    alerts.push(format!(
+                    let text = format!(
                         "G4 alert: {} says {peer} is {} but {peer}'s own {} says {} in the same minute",
                         m.place(),
                         if m.v.clean { "clean" } else { "in drift" },
                         t.place(),
                         if t.v.clean { "clean" } else { "in drift" }
-                    ));
+                    );
+                    raise.push(("G4", text.clone()));
+                    alerts.push(text);
                 }
             }
         }
@@ -596,6 +616,7 @@ pub fn evaluate(
         verdict,
         alerts,
         reporters: reporters.into_iter().collect(),
+        raise,
     }
 }
 
