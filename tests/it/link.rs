@@ -9,8 +9,8 @@ use serde_json::Value;
 use crate::common::*;
 
 pub struct Host {
-    name: &'static str,
-    addr: String,
+    pub name: &'static str,
+    pub addr: String,
     pub key_file: std::path::PathBuf,
     pub public: String,
     _dir: tempfile::TempDir,
@@ -18,13 +18,22 @@ pub struct Host {
 
 /// A host name, a free UDP port on 127.0.0.`ip`, and a key file.
 pub fn host(name: &'static str, ip: u8) -> Host {
+    host_at(name, &format!("127.0.0.{ip}"))
+}
+
+/// A host name, an address on `ip` (a free port on loopback; port 7801 elsewhere, which is a
+/// network namespace of the host's own), and a key file.
+pub fn host_at(name: &'static str, ip: &str) -> Host {
     let dir = tempfile::tempdir().unwrap();
     let key = fleetd_actors::keys::generate();
     let key_file = dir.path().join("host.key");
     fleetd_actors::keys::save(&key_file, &key).unwrap();
-    let sock = std::net::UdpSocket::bind(format!("127.0.0.{ip}:0")).unwrap();
-    let addr = sock.local_addr().unwrap().to_string();
-    drop(sock);
+    let addr = if ip.starts_with("127.") {
+        let sock = std::net::UdpSocket::bind(format!("{ip}:0")).unwrap();
+        sock.local_addr().unwrap().to_string()
+    } else {
+        format!("{ip}:7801")
+    };
     Host {
         name,
         addr,

@@ -15,10 +15,11 @@
 
 use std::process::Command;
 
-use fleetd_actors::config::{Config, PeerConfig};
+use fleetd_actors::config::Config;
 use fleetd_actors::events::{Event, EventKind};
 
 use crate::common::*;
+use crate::link::{Host, host_at as host};
 
 /// The namespaces of one test run; removed on drop, whatever happened.
 struct Net {
@@ -104,53 +105,13 @@ impl Drop for Net {
     }
 }
 
-struct Host {
-    name: &'static str,
-    addr: String,
-    key_file: std::path::PathBuf,
-    public: String,
-    _dir: tempfile::TempDir,
-}
-
-fn host(name: &'static str, ip: &str) -> Host {
-    let dir = tempfile::tempdir().unwrap();
-    let key = fleetd_actors::keys::generate();
-    let key_file = dir.path().join("host.key");
-    fleetd_actors::keys::save(&key_file, &key).unwrap();
-    let addr = if ip.starts_with("127.") {
-        let s = std::net::UdpSocket::bind(format!("{ip}:0")).unwrap();
-        s.local_addr().unwrap().to_string()
-    } else {
-        format!("{ip}:7801")
-    };
-    Host {
-        name,
-        addr,
-        key_file,
-        public: fleetd_actors::keys::public_text(&key.verifying_key()),
-        _dir: dir,
-    }
-}
-
+/// Each host knows all the others (not itself); links and drift beat fast.
 fn config(me: &Host, all: &[&Host]) -> Config {
-    let mut c = test_config();
-    c.daemon.host = me.name.into();
-    c.daemon.key_file = Some(me.key_file.display().to_string());
-    c.link.listen = Some(me.addr.clone());
-    c.link.keep_alive_secs = 1;
-    c.link.idle_timeout_secs = 3;
+    let others: Vec<&Host> = all.iter().copied().filter(|p| p.name != me.name).collect();
+    let mut c = crate::link::config(me, &others);
     c.link.backoff_min_ms = 100;
     c.link.backoff_max_ms = 1_000;
     c.drift.heartbeat_secs = 1;
-    for p in all.iter().filter(|p| p.name != me.name) {
-        c.peers.insert(
-            p.name.into(),
-            PeerConfig {
-                addr: p.addr.clone(),
-                public_key: p.public.clone(),
-            },
-        );
-    }
     c
 }
 
