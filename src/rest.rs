@@ -637,19 +637,51 @@ async fn events(
             .data(serde_json::to_string(e).unwrap_or_default())
     };
     let past = futures::stream::iter(past.iter().map(to_sse).collect::<Vec<_>>());
-    let live = tokio_stream::wrappers::BroadcastStream::new(rx).map(move |r| match r {
+    let live = live_until(rx, api.shutdown.clone()).map(move |r| match r {
         Ok(e) => to_sse(&e),
-        Err(tokio_stream::wrappers::errors::BroadcastStreamRecvError::Lagged(n)) => {
-            SseEvent::default()
-                .event("lagged")
-                .data(format!("{{\"type\":\"lagged\",\"missed\":{n}}}"))
-        }
+        Err(n) => SseEvent::default()
+            .event("lagged")
+            .data(format!("{{\"type\":\"lagged\",\"missed\":{n}}}")),
     });
-    let stream = past
-        .chain(live)
-        .map(Ok::<_, Infallible>)
-        .take_until(api.shutdown.clone().cancelled_owned());
+    let stream = past.chain(live).map(Ok::<_, Infallible>);
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// The live events until `shutdown`, then those already published (the last words: an
+/// escalation, a member's exit) and the end; `Err(n)`: this subscriber missed `n` events.
+fn live_until(
+    rx: tokio::sync::broadcast::Receiver<fleetd_actors::events::Event>,
+    shutdown: CancellationToken,
+) -> impl futures::Stream<Item = Result<fleetd_actors::events::Event, u64>> {
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    futures::stream::unfold(
+        (rx, shutdown, false),
+        |(mut rx, shutdown, mut closing)| async move {
+            loop {
+                let r = if closing {
+                    match rx.try_recv() {
+                        Ok(e) => Ok(e),
+                        Err(TryRecvError::Lagged(n)) => Err(n),
+                        Err(TryRecvError::Empty | TryRecvError::Closed) => return None,
+                    }
+                } else {
+                    tokio::select! {
+                        biased;
+                        r = rx.recv() => match r {
+                            Ok(e) => Ok(e),
+                            Err(RecvError::Lagged(n)) => Err(n),
+                            Err(RecvError::Closed) => return None,
+                        },
+                        _ = shutdown.cancelled() => {
+                            closing = true;
+                            continue;
+                        }
+                    }
+                };
+                return Some((r, (rx, shutdown, closing)));
+            }
+        },
+    )
 }
 
 /// `GET /members/{name}/attach` with `Upgrade: fleetd-attach`: after the 101, the connection
@@ -742,4 +774,33 @@ pub async fn serve_tcp(
     axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use fleetd_actors::clock::ManualClock;
+    use fleetd_actors::events::{EventBus, EventKind};
+    use futures::StreamExt;
+    use tokio_util::sync::CancellationToken;
+
+    use super::live_until;
+
+    /// An event published just before the shutdown (an escalation) still reaches a subscriber
+    /// that had not read it yet; then the stream ends.
+    #[tokio::test]
+    async fn the_stream_ends_after_the_events_published_before_the_shutdown() {
+        let bus = EventBus::new(Arc::new(ManualClock::new(0)), 64);
+        let (_, rx) = bus.subscribe(0);
+        let stop = CancellationToken::new();
+        let mut live = Box::pin(live_until(rx, stop.clone()));
+        bus.emit(EventKind::Escalated { reason: "a".into() });
+        assert!(matches!(live.next().await, Some(Ok(e)) if e.seq == 1));
+        bus.emit(EventKind::Escalated { reason: "b".into() });
+        bus.emit(EventKind::Escalated { reason: "c".into() });
+        stop.cancel();
+        let rest: Vec<u64> = live.map(|r| r.map(|e| e.seq).unwrap_or(0)).collect().await;
+        assert_eq!(rest, vec![2, 3]);
+    }
 }

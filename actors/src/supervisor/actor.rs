@@ -106,6 +106,11 @@ pub enum SupervisorMsg {
     Children {
         reply: RpcReplyPort<Vec<ChildView>>,
     },
+    /// A child's restart limit was exceeded: stop every child as `Shutdown` does (within the
+    /// configured shutdown deadline), then stop the supervisor with `reason`.
+    GiveUp {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -138,6 +143,49 @@ impl SupervisorState {
         self.children
             .iter()
             .position(|c| c.cell.as_ref().is_some_and(|x| x.get_id() == id))
+    }
+
+    /// Stop every child in reverse start order (the listeners first), each within its share of
+    /// what is left of `deadline`; the ids of the children that had to be killed.
+    async fn stop_children(&mut self, deadline: Duration) -> Vec<String> {
+        self.shutting_down = true;
+        // Each child gets the time left divided by the children left, so what a fast
+        // child does not use passes to the next (a thousand drift pullers must not
+        // squeeze the ledger's flush into a thousandth of the deadline).
+        let end = std::time::Instant::now() + deadline;
+        let mut left = self.children.iter().filter(|c| c.cell.is_some()).count();
+        let mut hung = vec![];
+        // The listeners first (stop accepting), then everything else in reverse start
+        // order: children started after the API (members, decisions, pullers) must not
+        // outlive it with requests still arriving.
+        let mut order: Vec<usize> = (0..self.children.len()).rev().collect();
+        order.sort_by_key(|&i| self.children[i].spec.kind != "api");
+        for i in order {
+            let child = &mut self.children[i];
+            if let Some(cell) = child.cell.take() {
+                tracing::debug!(child = %child.spec.id, "stopping");
+                let share = end
+                    .saturating_duration_since(std::time::Instant::now())
+                    .checked_div(left.max(1) as u32)
+                    .unwrap_or_default()
+                    .max(Duration::from_millis(1));
+                left = left.saturating_sub(1);
+                match cell
+                    .stop_and_wait(Some("shutdown".into()), Some(share))
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(ractor::RactorErr::Timeout) => {
+                        tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
+                        cell.kill();
+                        hung.push(child.spec.id.clone());
+                    }
+                    // It had already stopped (a member that exited just before).
+                    Err(_) => tracing::debug!(child = %child.spec.id, "already stopped"),
+                }
+            }
+        }
+        hung
     }
 
     /// A child ended: consult its policy.
@@ -178,7 +226,11 @@ impl SupervisorState {
                 self.ctx.events.emit(EventKind::Escalated {
                     reason: reason.clone(),
                 });
-                myself.stop(Some(reason));
+                // Give up the way a shutdown does (listeners first, so the event streams end
+                // after the escalation is sent; then the rest in reverse start order), not by
+                // dropping the children: ractor would kill them without their `post_stop`.
+                self.shutting_down = true;
+                let _ = myself.send_message(SupervisorMsg::GiveUp { reason });
             }
             Decision::Done => {
                 tracing::debug!(child = %id, detail = %detail, "child ended and stays stopped");
@@ -265,44 +317,20 @@ impl Actor for Supervisor {
                 }
             }
             SupervisorMsg::Shutdown { deadline, reply } => {
-                st.shutting_down = true;
-                // Each child gets the time left divided by the children left, so what a fast
-                // child does not use passes to the next (a thousand drift pullers must not
-                // squeeze the ledger's flush into a thousandth of the deadline).
-                let end = std::time::Instant::now() + deadline;
-                let mut left = st.children.iter().filter(|c| c.cell.is_some()).count();
-                let mut hung = vec![];
-                // The listeners first (stop accepting), then everything else in reverse start
-                // order: children started after the API (members, decisions, pullers) must not
-                // outlive it with requests still arriving.
-                let mut order: Vec<usize> = (0..st.children.len()).rev().collect();
-                order.sort_by_key(|&i| st.children[i].spec.kind != "api");
-                for i in order {
-                    let child = &mut st.children[i];
-                    if let Some(cell) = child.cell.take() {
-                        tracing::debug!(child = %child.spec.id, "stopping");
-                        let share = end
-                            .saturating_duration_since(std::time::Instant::now())
-                            .checked_div(left.max(1) as u32)
-                            .unwrap_or_default()
-                            .max(Duration::from_millis(1));
-                        left = left.saturating_sub(1);
-                        match cell
-                            .stop_and_wait(Some("shutdown".into()), Some(share))
-                            .await
-                        {
-                            Ok(()) => {}
-                            Err(ractor::RactorErr::Timeout) => {
-                                tracing::error!(child = %child.spec.id, "did not stop within its share of the deadline; killed");
-                                cell.kill();
-                                hung.push(child.spec.id.clone());
-                            }
-                            // It had already stopped (a member that exited just before).
-                            Err(_) => tracing::debug!(child = %child.spec.id, "already stopped"),
-                        }
-                    }
-                }
+                let hung = st.stop_children(deadline).await;
                 let _ = reply.send(hung);
+            }
+            SupervisorMsg::GiveUp { reason } => {
+                let deadline =
+                    Duration::from_secs(st.ctx.config().daemon.shutdown_deadline_secs.max(1));
+                let hung = st.stop_children(deadline).await;
+                if !hung.is_empty() {
+                    tracing::error!(
+                        ?hung,
+                        "giving up: these children did not stop in time and were killed"
+                    );
+                }
+                myself.stop(Some(reason));
             }
             SupervisorMsg::Children { reply } => {
                 let now = st.ctx.now();
