@@ -93,9 +93,54 @@ pub enum Effect {
     Arm(Millis),
 }
 
+/// An outbox's queue, counting the mail in it as it changes (the bound is checked on every
+/// send, so it must not walk up to `MAX_OUTBOX` envelopes each time).
+#[derive(Clone, Debug, Default)]
+struct Queue {
+    envs: VecDeque<Envelope>,
+    mails: usize,
+}
+
+impl Queue {
+    fn is_mail(e: &Envelope) -> bool {
+        matches!(e.item, Item::Mail { .. })
+    }
+
+    fn push_back(&mut self, e: Envelope) {
+        self.mails += usize::from(Self::is_mail(&e));
+        self.envs.push_back(e);
+    }
+
+    fn pop_front(&mut self) -> Option<Envelope> {
+        let e = self.envs.pop_front()?;
+        self.mails -= usize::from(Self::is_mail(&e));
+        Some(e)
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Envelope) -> bool) {
+        self.envs.retain(keep);
+        self.mails = self.envs.iter().filter(|e| Self::is_mail(e)).count();
+    }
+}
+
+impl From<Vec<Envelope>> for Queue {
+    fn from(envs: Vec<Envelope>) -> Queue {
+        let mut q = Queue::default();
+        envs.into_iter().for_each(|e| q.push_back(e));
+        q
+    }
+}
+
+impl std::ops::Deref for Queue {
+    type Target = VecDeque<Envelope>;
+    fn deref(&self) -> &VecDeque<Envelope> {
+        &self.envs
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Outbound {
-    pending: VecDeque<Envelope>,
+    pending: Queue,
     next_seq: u64,
     /// The highest sequence number stored durably: nothing beyond it is ever transmitted.
     stored: u64,
@@ -212,13 +257,7 @@ impl Postbox {
     /// shell calls `rollback`. Several envelopes may wait to be stored together (one commit).
     pub fn enqueue(&mut self, peer: &str, item: Item) -> Result<Envelope, Unqueued> {
         let o = self.out.get_mut(peer).ok_or(Unqueued::NotAPeer)?;
-        if matches!(item, Item::Mail { .. })
-            && o.pending
-                .iter()
-                .filter(|e| matches!(e.item, Item::Mail { .. }))
-                .count()
-                >= MAX_OUTBOX
-        {
+        if matches!(item, Item::Mail { .. }) && o.pending.mails >= MAX_OUTBOX {
             return Err(Unqueued::Full);
         }
         let env = Envelope {
@@ -228,6 +267,17 @@ impl Postbox {
         o.next_seq += 1;
         o.pending.push_back(env.clone());
         Ok(env)
+    }
+
+    /// The outbox's mail count as kept, and as counted now.
+    #[cfg(test)]
+    fn mails_counted(&self, peer: &str) -> (usize, usize) {
+        self.out.get(peer).map_or((0, 0), |o| {
+            (
+                o.pending.mails,
+                o.pending.iter().filter(|e| Queue::is_mail(e)).count(),
+            )
+        })
     }
 
     /// The sequence number the next envelope for `peer` will get.
@@ -285,7 +335,7 @@ impl Postbox {
         }
         let mut envelopes = vec![];
         let mut bytes = 0;
-        for e in &o.pending {
+        for e in o.pending.iter() {
             if e.seq > o.stored
                 || envelopes.len() == MAX_BATCH
                 || (bytes > 0 && bytes + e.item.weight() > MAX_BATCH_BYTES)
@@ -716,6 +766,8 @@ mod tests {
             let mut next_item = 0u64;
             let mut committed: Vec<u64> = vec![];
             let mut unstored: Vec<u64> = vec![];
+            // Reports back waiting for the commit, with the mail in `unstored`.
+            let mut reports = 0;
             let mut accepted: Vec<u64> = vec![];
             let mut wire: Vec<Vec<Envelope>> = vec![];
             let mut now = 0;
@@ -750,6 +802,7 @@ mod tests {
                     // The commit of everything waiting succeeds...
                     2 if x % 4 != 0 => {
                         committed.append(&mut unstored);
+                        reports = 0;
                         let upto = tx.next_seq("beta") - 1;
                         tx.stored("beta", upto);
                         let fx = tx.pump("beta", now);
@@ -757,8 +810,9 @@ mod tests {
                     }
                     // ... or fails.
                     2 => {
-                        prop_assert_eq!(tx.rollback("beta"), unstored.len());
+                        prop_assert_eq!(tx.rollback("beta"), unstored.len() + reports);
                         unstored.clear();
+                        reports = 0;
                     }
                     // Deliver the oldest batch and ack it.
                     3 | 4 if !wire.is_empty() => {
@@ -768,11 +822,21 @@ mod tests {
                         let fx = tx.acked("beta", r.upto, now);
                         push(fx, &mut wire, &committed);
                     }
+                    // A report back joins the group (it counts against no bound).
+                    5 if x % 2 == 0 => {
+                        tx.enqueue("beta", Item::Update {
+                            ticket: TicketId(u64::from(x)),
+                            update: RemoteUpdate::Transmitted,
+                        }).unwrap();
+                        reports += 1;
+                    }
                     _ => {
                         let fx = tx.link("beta", x % 3 != 0, now);
                         push(fx, &mut wire, &committed);
                     }
                 }
+                let (counted, recounted) = tx.mails_counted("beta");
+                prop_assert_eq!(counted, recounted);
             }
             // The last group fails; heal and drain.
             tx.rollback("beta");
