@@ -426,7 +426,7 @@ impl Daemon {
     /// deadline (stopping members first if `on_shutdown = "stop"`). Returns the exit code.
     pub async fn shutdown(self) -> i32 {
         let config = self.fleet.ctx.config();
-        let deadline = Duration::from_secs(config.daemon.shutdown_deadline_secs.max(1));
+        let deadline = config.daemon.shutdown_deadline();
         let started = tokio::time::Instant::now();
         if config.daemon.on_shutdown == OnShutdown::Stop {
             let names = self.fleet.live_members().await.unwrap_or_default();

@@ -81,6 +81,13 @@ pub struct DaemonConfig {
     pub shutdown_deadline_secs: u64,
 }
 
+impl DaemonConfig {
+    /// How long a shutdown (or a supervisor giving up) may take: at least a second.
+    pub fn shutdown_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.shutdown_deadline_secs.max(1))
+    }
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {

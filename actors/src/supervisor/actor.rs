@@ -321,8 +321,7 @@ impl Actor for Supervisor {
                 let _ = reply.send(hung);
             }
             SupervisorMsg::GiveUp { reason } => {
-                let deadline =
-                    Duration::from_secs(st.ctx.config().daemon.shutdown_deadline_secs.max(1));
+                let deadline = st.ctx.config().daemon.shutdown_deadline();
                 let hung = st.stop_children(deadline).await;
                 if !hung.is_empty() {
                     tracing::error!(
