@@ -721,6 +721,19 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One round trip on a raw echo: `payload` out on a new bi stream, the echo back (at most
+/// `limit` bytes).
+async fn echo_once(
+    conn: &quinn::Connection,
+    payload: &[u8],
+    limit: usize,
+) -> anyhow::Result<Vec<u8>> {
+    let (mut send, mut recv) = conn.open_bi().await?;
+    send.write_all(payload).await?;
+    send.finish()?;
+    Ok(recv.read_to_end(limit).await?)
+}
+
 /// A raw quinn echo: one bi stream per request, the bytes back (the baseline for a link request).
 async fn raw_echo(conn: quinn::Connection) {
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
@@ -813,10 +826,7 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
             ours_t.push(t.elapsed());
         } else {
             let t = Instant::now();
-            let (mut send, mut recv) = raw.conn.open_bi().await?;
-            send.write_all(&payload).await?;
-            send.finish()?;
-            let back = recv.read_to_end(1 << 20).await?;
+            let back = echo_once(&raw.conn, &payload, 1 << 20).await?;
             anyhow::ensure!(back.len() == payload.len(), "short echo");
             raw_t.push(t.elapsed());
         }
@@ -838,13 +848,7 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
     futures::stream::iter(0..total)
         .map(|_| {
             let (c, pl) = (raw.conn.clone(), payload.clone());
-            async move {
-                let (mut send, mut recv) = c.open_bi().await?;
-                send.write_all(&pl).await?;
-                send.finish()?;
-                recv.read_to_end(1 << 20).await?;
-                anyhow::Ok(())
-            }
+            async move { echo_once(&c, &pl, 1 << 20).await }
         })
         .buffer_unordered(conc)
         .try_collect::<Vec<_>>()
@@ -1144,10 +1148,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
         );
         // Baselines: the same bytes echoed raw, and the same signatures checked alone.
         let t = Instant::now();
-        let (mut send, mut recv) = raw.conn.open_bi().await?;
-        send.write_all(&payload).await?;
-        send.finish()?;
-        recv.read_to_end(8 << 20).await?;
+        echo_once(&raw.conn, &payload, 8 << 20).await?;
         raw_t.push(t.elapsed());
         let parsed: Vec<line::Parsed> = served
             .iter()
@@ -1210,10 +1211,7 @@ async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut out = vec![];
     for _ in 0..n {
         let t = Instant::now();
-        let (mut send, mut recv) = raw.conn.open_bi().await?;
-        send.write_all(&payload).await?;
-        send.finish()?;
-        recv.read_to_end(1 << 20).await?;
+        echo_once(&raw.conn, &payload, 1 << 20).await?;
         out.push(t.elapsed());
     }
     ea.shutdown().await;
