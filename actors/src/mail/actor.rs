@@ -5,10 +5,10 @@
 //! applies the reports that come back to this host's tickets. Reports on tickets this host
 //! received (receipts, answers) are picked up from the event bus and queued back to their origin.
 //!
-//! Must never decide ordering or deduplication (the core does), never answer a peer before its
+//! Must never decide ordering, deduplication or the hand-on order (the core does), never answer a peer before its
 //! batch is durable, and never hand a message on twice (the desk is asked first).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,11 +21,11 @@ use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
 use crate::mail::state::{
-    Backoff, Effect, Envelope, Item, MAX_HELD, MAX_OUTBOX, Postbox, Unqueued,
+    Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of,
 };
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
-use crate::tickets::state::{Origin, RemoteUpdate, Ticket, TicketState};
+use crate::tickets::state::{Origin, RemoteUpdate, Ticket};
 use crate::types::{Millis, Party, Role, TicketId};
 
 /// Sends one batch to a peer and returns the peer's high-water mark; provided by the binary
@@ -112,7 +112,7 @@ pub struct MailState {
     /// A commit is running; its envelopes are not transmitted before it is done.
     committing: bool,
     /// Received and not yet handed on, in arrival order.
-    inbox: VecDeque<(String, Envelope)>,
+    inbox: Inbox,
     timer: Timer,
     feed: tokio::task::JoinHandle<()>,
 }
@@ -130,16 +130,8 @@ pub struct MailView {
 }
 
 impl MailState {
-    /// How many received messages are held for the lead.
-    fn held(&self) -> usize {
-        self.inbox
-            .iter()
-            .filter(|(_, e)| matches!(e.item, Item::Mail { .. }))
-            .count()
-    }
-
     fn publish(&self) {
-        let held_total = self.held();
+        let held_total = self.inbox.mails();
         let held = self
             .inbox
             .iter()
@@ -367,22 +359,11 @@ impl MailState {
         self.publish();
     }
 
-    /// Hand received traffic on, in order: reports to the desk, mail to the live primary's
-    /// injector. Mail from a peer stays held (and so does the mail after it) while there is no
-    /// primary to take it.
-    /// Returns whether anything was handed on.
+    /// Hand received traffic on as the inbox's round says: reports to the desk, mail to the
+    /// live primary's injector. Returns whether anything was handed on.
     async fn hand_on(&mut self) -> bool {
-        let pending: Vec<(String, Envelope)> = self.inbox.drain(..).collect();
-        let mut done: Vec<(String, u64)> = vec![];
-        let mut keep = VecDeque::new();
-        // Reports first, all in one commit (they are idempotent and need no order with mail).
-        let updates: Vec<(TicketId, RemoteUpdate)> = pending
-            .iter()
-            .filter_map(|(_, e)| match &e.item {
-                Item::Update { ticket, update } => Some((*ticket, update.clone())),
-                Item::Mail { .. } => None,
-            })
-            .collect();
+        let mut round = self.inbox.round();
+        let updates = round.reports();
         let applied = updates.is_empty()
             || match self.desk() {
                 Ok(desk) => desk
@@ -392,47 +373,29 @@ impl MailState {
                     .is_ok(),
                 Err(_) => false,
             };
-        let mut blocked: Vec<String> = vec![];
-        for (peer, env) in pending {
-            let handed = match &env.item {
-                Item::Update { .. } => applied,
-                Item::Mail { .. } if blocked.contains(&peer) => false,
-                Item::Mail {
-                    ticket, from, body, ..
-                } => {
-                    let origin = Origin {
-                        host: peer.clone(),
-                        ticket: *ticket,
-                    };
-                    match self
-                        .fleet
-                        .deliver_remote(origin, from.clone(), body.clone())
-                        .await
-                    {
-                        Ok(t) => {
-                            self.ctx.events.emit(EventKind::MailHanded {
-                                peer: peer.clone(),
-                                envelope: env.seq,
-                                their_ticket: *ticket,
-                                ticket: t,
-                            });
-                            true
-                        }
-                        Err(e) => {
-                            tracing::debug!(%peer, seq = env.seq, error = %e, "received mail held");
-                            blocked.push(peer.clone());
-                            false
-                        }
-                    }
-                }
+        round.reports_applied(applied);
+        while let Some(m) = round.next_mail() {
+            let origin = Origin {
+                host: m.peer.clone(),
+                ticket: m.ticket,
             };
-            if handed {
-                done.push((peer, env.seq));
-            } else {
-                keep.push_back((peer, env));
+            match self.fleet.deliver_remote(origin, m.from, m.body).await {
+                Ok(t) => {
+                    self.ctx.events.emit(EventKind::MailHanded {
+                        peer: m.peer,
+                        envelope: m.seq,
+                        their_ticket: m.ticket,
+                        ticket: t,
+                    });
+                    round.handed(true);
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %m.peer, seq = m.seq, error = %e, "received mail held");
+                    round.handed(false);
+                }
             }
         }
-        self.inbox = keep;
+        let done = self.inbox.end(round);
         if done.is_empty() {
             return false;
         }
@@ -446,23 +409,6 @@ impl MailState {
             tracing::warn!(error = %e, "could not drop handed-on mail from the inbox");
         }
         true
-    }
-
-    /// What to tell the origin about received ticket `t`, if it came from another host.
-    fn answer_of(t: &Ticket) -> Option<RemoteUpdate> {
-        if !t.state.is_resolved() {
-            return None;
-        }
-        let text = match t.state {
-            TicketState::Replied => t.reply.as_ref().map(|r| r.text.clone()),
-            TicketState::Tail => t.tail.as_ref().map(|r| r.text.clone()),
-            _ => None,
-        };
-        Some(RemoteUpdate::Answer {
-            state: t.state,
-            text,
-            note: t.note.clone(),
-        })
     }
 }
 
@@ -488,7 +434,10 @@ impl Actor for MailActor {
             };
             ctx.store.run(move |s| s.commit(&batch)).await?;
         }
-        let inbox: VecDeque<(String, Envelope)> = ctx.store.run(|s| s.load_mail_in()).await?.into();
+        let mut inbox = Inbox::default();
+        for (peer, env) in ctx.store.run(|s| s.load_mail_in()).await? {
+            inbox.push(peer, env);
+        }
         let c = ctx.config();
         let peers: Vec<String> = c.peers.keys().cloned().collect();
         let mut core = Postbox::new(
@@ -636,8 +585,7 @@ impl Actor for MailActor {
                 envelopes,
                 reply,
             } => {
-                let room = MAX_HELD.saturating_sub(st.held());
-                let r = st.core.receive(&peer, epoch, envelopes, room);
+                let r = st.core.receive(&peer, epoch, envelopes, st.inbox.room());
                 if r.reset {
                     tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
                 }
@@ -657,8 +605,9 @@ impl Actor for MailActor {
                     Ok(()) => {
                         st.core.commit(&peer, &r);
                         let n = r.accepted.len();
-                        st.inbox
-                            .extend(r.accepted.into_iter().map(|e| (peer.clone(), e)));
+                        for e in r.accepted {
+                            st.inbox.push(peer.clone(), e);
+                        }
                         // Held mail shows before the sender hears it is here.
                         st.publish();
                         let _ = reply.send(Ok(r.upto));
@@ -696,7 +645,7 @@ impl Actor for MailActor {
                 };
                 if let Some(t) = t
                     && let Some(o) = t.origin.clone()
-                    && let Some(update) = update.or_else(|| MailState::answer_of(&t))
+                    && let Some(update) = update.or_else(|| answer_of(&t))
                 {
                     let item = Item::Update {
                         ticket: o.ticket,
@@ -715,7 +664,7 @@ impl Actor for MailActor {
                 };
                 for t in all {
                     if let Some(o) = t.origin.clone()
-                        && let Some(update) = MailState::answer_of(&t)
+                        && let Some(update) = answer_of(&t)
                     {
                         let item = Item::Update {
                             ticket: o.ticket,

@@ -8,14 +8,17 @@
 //! `rollback`); the receiver accepts only the envelope right after
 //! its high-water mark (earlier ones are duplicates, later ones wait for the gap to fill), and
 //! answers with the mark, which the sender treats as "everything up to here is durable there".
-//! A sender whose state was lost starts a new `epoch`, which resets the receiver's mark. Pure:
+//! A sender whose state was lost starts a new `epoch`, which resets the receiver's mark. On the
+//! receiving side, `Inbox` owns the hand-on order (each peer's mail reaches the lead in order; a
+//! refused message holds the rest of its peer's mail) and the bound on held mail; `answer_of`
+//! says what a resolved received ticket tells its origin. Pure:
 //! the shell persists what this decides before acting on it. Must never do I/O.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tickets::state::RemoteUpdate;
+use crate::tickets::state::{RemoteUpdate, Ticket, TicketState};
 use crate::types::{MemberName, Millis, TicketId};
 
 /// At most this many envelopes in one batch.
@@ -447,6 +450,173 @@ impl Postbox {
     }
 }
 
+/// Received traffic stored and acknowledged but not yet handed on, in arrival order.
+///
+/// Owns the hand-on rule: the reports in a round go to the desk together (they are idempotent
+/// and need no order with mail); each peer's mail goes to the lead in order, and once one of a
+/// peer's messages is refused, the rest of that peer's mail waits behind it (FIFO per peer,
+/// across rounds). Also the bound on held mail (`room`).
+#[derive(Clone, Debug, Default)]
+pub struct Inbox {
+    held: VecDeque<(String, Envelope)>,
+    /// How many of `held` are mail (the rest are reports).
+    mails: usize,
+}
+
+impl Inbox {
+    pub fn push(&mut self, peer: String, env: Envelope) {
+        self.mails += usize::from(matches!(env.item, Item::Mail { .. }));
+        self.held.push_back((peer, env));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// How many received messages are held for the lead.
+    pub fn mails(&self) -> usize {
+        self.mails
+    }
+
+    /// How many more messages may be accepted for the lead (`MAX_HELD` in all).
+    pub fn room(&self) -> usize {
+        MAX_HELD.saturating_sub(self.mails)
+    }
+
+    /// What is held, oldest first, with the peer it came from.
+    pub fn iter(&self) -> impl Iterator<Item = &(String, Envelope)> {
+        self.held.iter()
+    }
+
+    /// Start handing on everything held. Feed the round the desk's answer to its reports and
+    /// the lead's answer to each mail it gives, then `end` it.
+    pub fn round(&mut self) -> Round {
+        self.mails = 0;
+        Round {
+            pending: std::mem::take(&mut self.held),
+            applied: false,
+            blocked: vec![],
+            current: None,
+            keep: Inbox::default(),
+            done: vec![],
+        }
+    }
+
+    /// A round is over: what it did not hand on is held again, in its order. Returns what it
+    /// handed on, (peer, seq), to drop from the store.
+    pub fn end(&mut self, mut r: Round) -> Vec<(String, u64)> {
+        // Anything the round did not get to (it was ended early) is kept too, and so is
+        // anything that arrived meanwhile, behind it.
+        r.handed(false);
+        let arrived = std::mem::replace(self, r.keep);
+        for (peer, env) in r.pending.into_iter().chain(arrived.held) {
+            self.push(peer, env);
+        }
+        r.done
+    }
+}
+
+/// One mail to hand to the lead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToHand {
+    pub peer: String,
+    pub seq: u64,
+    pub ticket: TicketId,
+    pub from: MemberName,
+    pub body: String,
+}
+
+/// A hand-on round over what the inbox held (see `Inbox`).
+#[derive(Debug)]
+pub struct Round {
+    pending: VecDeque<(String, Envelope)>,
+    applied: bool,
+    /// Peers one of whose messages the lead refused this round.
+    blocked: Vec<String>,
+    /// The mail `next_mail` gave, waiting for `handed`.
+    current: Option<(String, Envelope)>,
+    keep: Inbox,
+    done: Vec<(String, u64)>,
+}
+
+impl Round {
+    /// The round's reports, to apply together before any mail is asked for.
+    pub fn reports(&self) -> Vec<(TicketId, RemoteUpdate)> {
+        self.pending
+            .iter()
+            .filter_map(|(_, e)| match &e.item {
+                Item::Update { ticket, update } => Some((*ticket, update.clone())),
+                Item::Mail { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Whether the desk took the reports; if not, they stay held.
+    pub fn reports_applied(&mut self, ok: bool) {
+        self.applied = ok;
+    }
+
+    /// The next mail to hand to the lead, or `None` once the round has gone through everything.
+    /// Reports pass by (handed on or kept as the desk answered), and so does the mail of a peer
+    /// blocked this round. Answer each with `handed` before asking for the next.
+    pub fn next_mail(&mut self) -> Option<ToHand> {
+        // Asked again without an answer: the last one was not handed on.
+        self.handed(false);
+        while let Some((peer, env)) = self.pending.pop_front() {
+            match &env.item {
+                Item::Update { .. } if self.applied => self.done.push((peer, env.seq)),
+                Item::Mail {
+                    ticket, from, body, ..
+                } if !self.blocked.contains(&peer) => {
+                    let m = ToHand {
+                        peer: peer.clone(),
+                        seq: env.seq,
+                        ticket: *ticket,
+                        from: from.clone(),
+                        body: body.clone(),
+                    };
+                    self.current = Some((peer, env));
+                    return Some(m);
+                }
+                _ => self.keep.push(peer, env),
+            }
+        }
+        None
+    }
+
+    /// The lead took (`true`) or refused the mail `next_mail` gave; a refusal holds the rest of
+    /// that peer's mail for this round.
+    pub fn handed(&mut self, ok: bool) {
+        let Some((peer, env)) = self.current.take() else {
+            return;
+        };
+        if ok {
+            self.done.push((peer, env.seq));
+        } else {
+            self.blocked.push(peer.clone());
+            self.keep.push(peer, env);
+        }
+    }
+}
+
+/// What a resolved ticket received from another host tells its origin: its state, with the
+/// reply's (or the transcript tail's) text. `None` while it is open.
+pub fn answer_of(t: &Ticket) -> Option<RemoteUpdate> {
+    if !t.state.is_resolved() {
+        return None;
+    }
+    let text = match t.state {
+        TicketState::Replied => t.reply.as_ref().map(|r| r.text.clone()),
+        TicketState::Tail => t.tail.as_ref().map(|r| r.text.clone()),
+        _ => None,
+    };
+    Some(RemoteUpdate::Answer {
+        state: t.state,
+        text,
+        note: t.note.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -670,6 +840,132 @@ mod tests {
         assert!(fresh.reset && fresh.upto == 1 && fresh.accepted.len() == 1);
     }
 
+    /// Heal the link to beta, then deliver the oldest batch on the wire and ack it until the
+    /// outbox is empty (bounded): `sent` takes the sender's effects (putting batches on the
+    /// wire), `got` each batch the receiver took.
+    fn heal_and_drain(
+        tx: &mut Postbox,
+        rx: &mut Postbox,
+        wire: &mut Vec<Vec<Envelope>>,
+        mut now: Millis,
+        mut sent: impl FnMut(Vec<Effect>, &mut Vec<Vec<Envelope>>),
+        mut got: impl FnMut(&Received),
+    ) {
+        sent(tx.link("beta", true, now + 100_000), wire);
+        let mut rounds = 0;
+        while tx.depth("beta") > 0 && rounds < 1000 {
+            rounds += 1;
+            now += 100_000;
+            if wire.is_empty() {
+                sent(tx.failed("beta", now), wire);
+                sent(tx.tick(now + 100_000), wire);
+                continue;
+            }
+            let b = wire.remove(0);
+            let r = take(rx, b);
+            got(&r);
+            sent(tx.acked("beta", r.upto, now), wire);
+        }
+    }
+
+    fn report(t: u64) -> Item {
+        Item::Update {
+            ticket: TicketId(t),
+            update: RemoteUpdate::Transmitted,
+        }
+    }
+
+    /// (peer, seq) of an envelope.
+    type Handed = (String, u64);
+
+    /// Run one round: the desk answers `desk_ok`, the lead takes mail while `lead` says so.
+    /// Returns the mail the lead took (peer, seq) and what the round handed on.
+    fn hand_round(
+        inbox: &mut Inbox,
+        desk_ok: bool,
+        mut lead: impl FnMut(&ToHand) -> bool,
+    ) -> (Vec<Handed>, Vec<Handed>) {
+        let mut r = inbox.round();
+        let reports = r.reports();
+        r.reports_applied(reports.is_empty() || desk_ok);
+        let mut took = vec![];
+        while let Some(m) = r.next_mail() {
+            let ok = lead(&m);
+            if ok {
+                took.push((m.peer.clone(), m.seq));
+            }
+            r.handed(ok);
+        }
+        (took, inbox.end(r))
+    }
+
+    #[test]
+    fn a_refused_message_holds_the_rest_of_its_peers_mail_and_only_that() {
+        let mut inbox = Inbox::default();
+        let env = |s, item| Envelope { seq: s, item };
+        inbox.push("a".into(), env(1, mail(1)));
+        inbox.push("b".into(), env(1, mail(2)));
+        inbox.push("a".into(), env(2, report(9)));
+        inbox.push("a".into(), env(3, mail(3)));
+        inbox.push("b".into(), env(2, mail(4)));
+        assert_eq!((inbox.mails(), inbox.room()), (4, MAX_HELD - 4));
+        // The lead refuses a's first message: a's later mail is not even offered; b's goes on.
+        // The desk refuses the report: it stays.
+        let mut offered = vec![];
+        let (took, done) = hand_round(&mut inbox, false, |m| {
+            offered.push((m.peer.clone(), m.seq));
+            m.peer == "b"
+        });
+        let pairs = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(p, s)| (p.to_string(), *s))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(offered, pairs(&[("a", 1), ("b", 1), ("b", 2)]));
+        assert_eq!(took, pairs(&[("b", 1), ("b", 2)]));
+        assert_eq!(done, took);
+        let held: Vec<_> = inbox.iter().map(|(p, e)| (p.clone(), e.seq)).collect();
+        assert_eq!(held, pairs(&[("a", 1), ("a", 2), ("a", 3)]));
+        assert_eq!(inbox.mails(), 2);
+        // Next round everything goes, in order.
+        let (took, done) = hand_round(&mut inbox, true, |_| true);
+        assert_eq!(took, pairs(&[("a", 1), ("a", 3)]));
+        assert_eq!(done, pairs(&[("a", 1), ("a", 2), ("a", 3)]));
+        assert!(inbox.is_empty() && inbox.mails() == 0);
+    }
+
+    #[test]
+    fn a_round_ended_early_keeps_its_order_and_what_arrived_meanwhile_comes_after() {
+        let mut inbox = Inbox::default();
+        for s in 1..=3 {
+            inbox.push(
+                "a".into(),
+                Envelope {
+                    seq: s,
+                    item: mail(s),
+                },
+            );
+        }
+        let mut r = inbox.round();
+        r.reports_applied(true);
+        let first = r.next_mail().unwrap();
+        assert_eq!(first.seq, 1);
+        r.handed(true);
+        assert_eq!(r.next_mail().unwrap().seq, 2);
+        // No answer for 2, and the round ends: 2 and 3 are held, then what arrived.
+        inbox.push(
+            "b".into(),
+            Envelope {
+                seq: 1,
+                item: mail(9),
+            },
+        );
+        assert_eq!(inbox.end(r), vec![("a".to_string(), 1)]);
+        let held: Vec<_> = inbox.iter().map(|(p, e)| (p.as_str(), e.seq)).collect();
+        assert_eq!(held, vec![("a", 2), ("a", 3), ("b", 1)]);
+        assert_eq!(inbox.mails(), 3);
+    }
+
     proptest! {
         /// Whatever the link does (drops, duplicates, reorders, partial acks, restarts of the
         /// sender's actor), the receiver accepts every envelope exactly once, in order.
@@ -686,7 +982,7 @@ mod tests {
             let mut accepted: Vec<u64> = vec![];
             let mut wire: Vec<Vec<Envelope>> = vec![];
             let mut now = 0;
-            fn step(_: &mut Postbox, fx: Vec<Effect>, wire: &mut Vec<Vec<Envelope>>) {
+            fn step(fx: Vec<Effect>, wire: &mut Vec<Vec<Envelope>>) {
                 for e in fx {
                     if let Effect::Transmit { envelopes, .. } = e {
                         wire.push(envelopes);
@@ -694,7 +990,7 @@ mod tests {
                 }
             }
             let fx = tx.link("beta", true, now);
-            step(&mut tx, fx, &mut wire);
+            step(fx, &mut wire);
             for (op, x) in ops {
                 now += 50;
                 match op {
@@ -704,7 +1000,7 @@ mod tests {
                         let r = take(&mut rx, b);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.acked("beta", r.upto, now);
-                        step(&mut tx, fx, &mut wire);
+                        step(fx, &mut wire);
                     }
                     // Deliver, but the ack is lost.
                     2 if !wire.is_empty() => {
@@ -712,46 +1008,71 @@ mod tests {
                         let r = take(&mut rx, b);
                         accepted.extend(r.accepted.iter().map(|e| e.seq));
                         let fx = tx.failed("beta", now);
-                        step(&mut tx, fx, &mut wire);
+                        step(fx, &mut wire);
                     }
                     // The batch is lost.
                     3 if !wire.is_empty() => {
                         wire.remove(x as usize % wire.len());
                         let fx = tx.failed("beta", now);
-                        step(&mut tx, fx, &mut wire);
+                        step(fx, &mut wire);
                     }
                     // The link flaps.
                     4 => {
                         let fx = tx.link("beta", x % 2 == 0, now);
-                        step(&mut tx, fx, &mut wire);
+                        step(fx, &mut wire);
                     }
                     _ => {
                         let fx = tx.tick(now + 10_000);
-                        step(&mut tx, fx, &mut wire);
+                        step(fx, &mut wire);
                     }
                 }
             }
-            // Heal: up, deliver and ack until the outbox is empty.
-            let fx = tx.link("beta", true, now + 100_000);
-            step(&mut tx, fx, &mut wire);
-            let mut rounds = 0;
-            while tx.depth("beta") > 0 && rounds < 1000 {
-                rounds += 1;
-                now += 100_000;
-                if wire.is_empty() {
-                    let fx = tx.failed("beta", now);
-                    step(&mut tx, fx, &mut wire);
-                    let fx = tx.tick(now + 100_000);
-                    step(&mut tx, fx, &mut wire);
-                    continue;
-                }
-                let b = wire.remove(0);
-                let r = take(&mut rx, b);
-                accepted.extend(r.accepted.iter().map(|e| e.seq));
-                let fx = tx.acked("beta", r.upto, now);
-                step(&mut tx, fx, &mut wire);
-            }
+            heal_and_drain(&mut tx, &mut rx, &mut wire, now, step, |r| {
+                accepted.extend(r.accepted.iter().map(|e| e.seq))
+            });
             prop_assert_eq!(accepted, (1..=n).collect::<Vec<_>>());
+        }
+
+        /// Over rounds in which the lead and the desk refuse at random, each peer's mail reaches
+        /// the lead exactly once and in order, every report is handed on once, and the count of
+        /// held mail stays true.
+        #[test]
+        fn held_mail_reaches_the_lead_once_in_order_per_peer(
+            arrivals in proptest::collection::vec((0u8..3, any::<bool>()), 1..60),
+            answers in proptest::collection::vec(any::<bool>(), 1..400),
+        ) {
+            let mut inbox = Inbox::default();
+            let mut seq = [0u64; 3];
+            let mut sent: Vec<Vec<u64>> = vec![vec![]; 3];
+            for (p, is_mail) in &arrivals {
+                let i = usize::from(*p);
+                seq[i] += 1;
+                let item = if *is_mail { mail(seq[i]) } else { report(seq[i]) };
+                if *is_mail {
+                    sent[i].push(seq[i]);
+                }
+                inbox.push(format!("p{p}"), Envelope { seq: seq[i], item });
+            }
+            let mut took: Vec<Vec<u64>> = vec![vec![]; 3];
+            let mut handed = 0;
+            let mut answers = answers.into_iter().cycle();
+            let mut rounds = 0;
+            while !inbox.is_empty() && rounds < 1000 {
+                rounds += 1;
+                // Refusals run out eventually (every tenth round the lead and desk take all).
+                let all = rounds % 10 == 0;
+                let desk = all || answers.next().unwrap_or(true);
+                let (t, done) = hand_round(&mut inbox, desk, |_| all || answers.next().unwrap_or(true));
+                for (peer, s) in t {
+                    took[usize::from(peer.as_bytes()[1] - b'0')].push(s);
+                }
+                handed += done.len();
+                let recount = inbox.iter().filter(|(_, e)| matches!(e.item, Item::Mail { .. })).count();
+                prop_assert_eq!(inbox.mails(), recount);
+            }
+            prop_assert!(inbox.is_empty());
+            prop_assert_eq!(took, sent);
+            prop_assert_eq!(handed, arrivals.len());
         }
 
         /// Sends stored in groups, some groups failing: exactly the messages whose store
@@ -840,25 +1161,14 @@ mod tests {
             }
             // The last group fails; heal and drain.
             tx.rollback("beta");
-            let fx = tx.link("beta", true, now + 100_000);
-            push(fx, &mut wire, &committed);
-            let mut rounds = 0;
-            while tx.depth("beta") > 0 && rounds < 1000 {
-                rounds += 1;
-                now += 100_000;
-                if wire.is_empty() {
-                    let fx = tx.failed("beta", now);
-                    push(fx, &mut wire, &committed);
-                    let fx = tx.tick(now + 100_000);
-                    push(fx, &mut wire, &committed);
-                    continue;
-                }
-                let b = wire.remove(0);
-                let r = take(&mut rx, b);
-                accepted.extend(items(&r));
-                let fx = tx.acked("beta", r.upto, now);
-                push(fx, &mut wire, &committed);
-            }
+            heal_and_drain(
+                &mut tx,
+                &mut rx,
+                &mut wire,
+                now,
+                |fx, wire| push(fx, wire, &committed),
+                |r| accepted.extend(items(r)),
+            );
             prop_assert_eq!(accepted, committed);
         }
     }
