@@ -1085,7 +1085,8 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
     );
     let e2 = eb.clone();
     let (kb2, key2) = (kb.clone(), key);
-    let first = fleetd_actors::drift::kb::served_anchors(&kb2, &key2, 3)?;
+    let first =
+        fleetd_actors::drift::kb::served_anchors(&kb2, &key2, 3, crate::link::anchors::MAX_SERVED)?;
     anyhow::ensure!(
         first.len() == args.peers,
         "served {} of {}",
@@ -1116,7 +1117,12 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let (kb3, key3) = (kb.clone(), key);
         let served = tokio::task::spawn_blocking(move || {
-            fleetd_actors::drift::kb::served_anchors(&kb3, &key3, 3)
+            fleetd_actors::drift::kb::served_anchors(
+                &kb3,
+                &key3,
+                3,
+                crate::link::anchors::MAX_SERVED,
+            )
         })
         .await??;
         read_t.push(t0.elapsed());

@@ -72,15 +72,12 @@ impl AnchorService {
             return Ok(v.clone());
         }
         let (kb, key) = (self.ctx.kb_dir(), self.ctx.host_key.verifying_key());
-        let mut lines = tokio::task::spawn_blocking(move || {
-            fleetd_actors::drift::kb::served_anchors(&kb, &key, SERVED_DAYS)
+        let lines = tokio::task::spawn_blocking(move || {
+            fleetd_actors::drift::kb::served_anchors(&kb, &key, SERVED_DAYS, MAX_SERVED)
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the knowledge base cannot be read: {e}"))?;
-        // The newest first, if there are too many.
-        lines.reverse();
-        lines.truncate(MAX_SERVED);
         let v = Arc::new(lines);
         *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, v.clone()));
         Ok(v)

@@ -194,12 +194,13 @@ pub fn next_tick(kb: &Path, identity: &str) -> u64 {
 
 /// The anchors this host serves to its peers: per identity in the KB, the lines of its newest
 /// `days` date files (each bounded by [`MAX_FILE`]) that verify against `key` and are anchors,
-/// as `(identity, line)`. Unreadable files are skipped (the peers keep what they have). The
-/// signatures are checked in one batch (`line::check_batch`).
+/// as `(identity, line)`; past `max` of them, the newest `max`. Unreadable files are skipped (the
+/// peers keep what they have). The signatures are checked in one batch (`line::check_batch`).
 pub fn served_anchors(
     kb: &Path,
     key: &ed25519_dalek::VerifyingKey,
     days: usize,
+    max: usize,
 ) -> std::io::Result<Vec<(String, String)>> {
     let root = drift_root(kb);
     let mut candidates = vec![];
@@ -239,6 +240,11 @@ pub fn served_anchors(
         std::slice::from_ref(key),
         crate::drift::remote::is_anchor,
     );
+    let mut good = good;
+    if good.len() > max {
+        good.sort_by_key(|(_, v, _)| v.ts_ms);
+        good.drain(..good.len() - max);
+    }
     Ok(good
         .into_iter()
         .map(|(identity, _, l)| (identity, l))
@@ -295,9 +301,29 @@ mod tests {
         let re = line(&me, Kind::Reanchor, "release manager", None);
         append(kb, "z", &day, &re.replace("release manager", "deployer")).unwrap();
         append(kb, "z", &day, &re).unwrap();
-        let served = served_anchors(kb, &me.verifying_key(), 3).unwrap();
+        let served = served_anchors(kb, &me.verifying_key(), 3, usize::MAX).unwrap();
         let mut got: Vec<(String, String)> = served;
         got.sort();
         assert_eq!(got, vec![("x".to_string(), good), ("z".to_string(), re)]);
+    }
+
+    #[test]
+    fn past_the_limit_the_newest_anchors_are_served_whatever_the_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let kb = dir.path();
+        let me = ed25519_dalek::SigningKey::from_bytes(&[1u8; 32]);
+        let t = 1_796_212_800_000;
+        // Identities whose directory order is unrelated to the age of their anchors.
+        for (i, who) in ["c", "a", "d", "b"].iter().enumerate() {
+            let l = NewLine::anchor(t + i as u64 * 1_000, 1, "reviewer");
+            append(kb, who, &date_of(t), &sign(&l, &me)).unwrap();
+        }
+        let mut got: Vec<String> = served_anchors(kb, &me.verifying_key(), 3, 2)
+            .unwrap()
+            .into_iter()
+            .map(|(who, _)| who)
+            .collect();
+        got.sort();
+        assert_eq!(got, vec!["b", "d"]);
     }
 }
