@@ -1985,13 +1985,16 @@ impl Fleet {
     }
 }
 
-/// Write a file readable only by its owner.
+/// Write a file readable only by its owner, durably: a temporary beside it, fsync, rename,
+/// fsync the directory (so the rename itself survives a crash).
 pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -2001,5 +2004,6 @@ pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
         .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_data()?;
-    std::fs::rename(&tmp, path)
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }

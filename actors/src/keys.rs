@@ -218,6 +218,11 @@ pub fn verify_cosignature(note: &str, name: &str, k: &VerifyingKey) -> Result<u6
     Err(format!("no cosignature/v1 by `{name}` with this key"))
 }
 
+/// A note's body: the text a signature or cosignature covers.
+pub fn note_body(note: &str) -> Result<&str, String> {
+    split_note(note).map(|(body, _)| body)
+}
+
 /// A note's body (through its last newline before the blank line) and its signature lines.
 fn split_note(note: &str) -> Result<(&str, &str), String> {
     let split = note

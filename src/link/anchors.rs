@@ -309,12 +309,14 @@ impl Actor for AnchorPuller {
                     ));
                 }
                 // Ledger witnessing: this host's checkpoints to every linked peer.
-                for name in st.peers.keys() {
-                    let Some(conn) = st.conn(name) else { continue };
-                    let (svc, name) = (st.service.clone(), name.clone());
-                    tokio::spawn(async move { svc.witness().submit(&name, &conn).await });
-                }
-                let hb = st.ctx.config().drift.heartbeat_secs.max(1) * 1000;
+                let linked: Vec<(String, quinn::Connection)> = st
+                    .peers
+                    .keys()
+                    .filter_map(|name| Some((name.clone(), st.conn(name)?)))
+                    .collect();
+                let svc = st.service.clone();
+                tokio::spawn(async move { svc.witness().submit_all(linked).await });
+                let hb = st.service.heartbeat_ms();
                 st.timer
                     .arm(&myself, Some(now + hb), now, || AnchorMsg::Tick);
             }

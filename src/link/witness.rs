@@ -75,19 +75,6 @@ pub fn load_all(state_dir: &Path) -> std::io::Result<Vec<Witnessed>> {
     Ok(out)
 }
 
-/// Write a file durably: a temporary beside it, fsync, rename, fsync the directory.
-fn write_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
 impl WitnessService {
     pub fn new(ctx: SharedCtx) -> WitnessService {
         WitnessService {
@@ -140,7 +127,7 @@ impl WitnessService {
                 path.clone(),
                 serde_json::to_vec_pretty(w).unwrap_or_default(),
             );
-            tokio::task::spawn_blocking(move || write_durable(&path, &body))
+            tokio::task::spawn_blocking(move || fleetd_actors::fleet::write_private(&path, &body))
         };
         match verdict {
             Verdict::Cosign(w) => {
@@ -152,10 +139,8 @@ impl WitnessService {
                     origin: w.origin.clone(),
                     size: w.size,
                 });
-                let body = note
-                    .rfind("\n\n")
-                    .map(|i| &note[..i + 1])
-                    .unwrap_or_default();
+                // `judge` verified the note, so it has a body.
+                let body = fleetd_actors::keys::note_body(&note).unwrap_or_default();
                 let signature = fleetd_actors::keys::cosign(
                     body,
                     &self.ctx.witness_name(),
@@ -193,21 +178,32 @@ impl WitnessService {
         }
     }
 
-    /// Submit this host's checkpoints to `peer` (called once per heartbeat per linked peer).
-    pub async fn submit(&self, peer: &str, conn: &quinn::Connection) {
-        if !self
-            .busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(peer.to_string())
-        {
+    /// Submit this host's checkpoints to each linked peer (called once per heartbeat); the
+    /// ledger is read once for all of them. A peer still busy with the last submission is
+    /// skipped.
+    pub async fn submit_all(&self, peers: Vec<(String, quinn::Connection)>) {
+        let Some(own) = self.ledger().await else {
             return;
-        }
-        self.submit_inner(peer, conn).await;
-        self.busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(peer);
+        };
+        let each = peers.into_iter().map(|(peer, conn)| {
+            let own = own.clone();
+            async move {
+                if !self
+                    .busy
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(peer.clone())
+                {
+                    return;
+                }
+                self.submit(&peer, &conn, &own).await;
+                self.busy
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&peer);
+            }
+        });
+        futures::future::join_all(each).await;
     }
 
     /// This host's ledger as the submitter needs it, parsed again only when the file grew.
@@ -255,10 +251,7 @@ impl WitnessService {
         Some(parsed)
     }
 
-    async fn submit_inner(&self, peer: &str, conn: &quinn::Connection) {
-        let Some(own) = self.ledger().await else {
-            return;
-        };
+    async fn submit(&self, peer: &str, conn: &quinn::Connection, own: &OwnLedger) {
         let (header, entries, checkpoints) = (&own.header, &own.entries, &own.checkpoints);
         for _ in 0..MAX_ROUNDS {
             let w = self
@@ -317,9 +310,10 @@ impl WitnessService {
                         .state_dir
                         .join("witness-cosigs")
                         .join(format!("{peer}.note"));
-                    let kept =
-                        tokio::task::spawn_blocking(move || write_durable(&p, body.as_bytes()))
-                            .await;
+                    let kept = tokio::task::spawn_blocking(move || {
+                        fleetd_actors::fleet::write_private(&p, body.as_bytes())
+                    })
+                    .await;
                     if matches!(kept, Ok(Ok(()))) {
                         self.ctx.events.emit(EventKind::Cosigned {
                             witness: peer.to_string(),
