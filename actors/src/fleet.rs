@@ -751,8 +751,9 @@ impl Fleet {
         Ok(())
     }
 
-    /// Open a ticket and queue its message, committing both in one transaction (the injector's);
-    /// the ticket never dangles: if the queue refuses, it is recorded as undeliverable.
+    /// Open a ticket and queue its message, committing both in one transaction (the injector's,
+    /// or the post office's for `Via::Mail`); the ticket never dangles: if the queue refuses,
+    /// it is recorded as undeliverable.
     async fn ticketed(
         &self,
         kind: TicketKind,
@@ -760,12 +761,17 @@ impl Fleet {
         to: &MemberName,
         body: String,
         origin: Option<Origin>,
+        via: Via,
     ) -> Result<Ticket, FleetError> {
         let c = self.ctx.config();
         let msg_id = self.ctx.alloc_msg_id();
         let (to2, body2) = (to.clone(), body.clone());
         let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
         let desk = self.desk().await?;
+        let remote = match &via {
+            Via::Injector => None,
+            Via::Mail { receipt, .. } => Some(receipt.clone()),
+        };
         let ticket = desk
             .call(
                 |reply| DeskMsg::Open {
@@ -776,41 +782,57 @@ impl Fleet {
                     body: body2,
                     ttl_ms,
                     defer: true,
-                    remote: None,
+                    remote,
                     origin,
                     reply,
                 },
                 CALL,
             )
             .await??;
-        let msg = Message {
-            id: msg_id,
-            target: to.clone(),
-            from,
-            ticket: Some(ticket.id),
-            body,
-            state: ReceiptState::Queued,
-            queued_at: 0,
-            delivered_at: None,
-            settled_at: None,
-            note: None,
-        };
-        let queued = match self.injector(to).await {
-            Some(i) => i
+        let queued = match via {
+            Via::Mail { mail, receipt } => mail
                 .call(
-                    |reply| InjectorMsg::Enqueue {
-                        msg: Box::new(msg),
-                        ticket: Some(Box::new(ticket.clone())),
+                    |reply| MailMsg::Send {
+                        host: receipt.host,
+                        ticket: Box::new(ticket.clone()),
+                        body,
                         reply,
                     },
                     CALL,
                 )
                 .await
-                .and_then(|r| r),
-            None => Err(FleetError::unavailable(
-                format!("message to `{to}`"),
-                "its injector is restarting",
-            )),
+                .and_then(|r| r.map(drop)),
+            Via::Injector => {
+                let msg = Message {
+                    id: msg_id,
+                    target: to.clone(),
+                    from,
+                    ticket: Some(ticket.id),
+                    body,
+                    state: ReceiptState::Queued,
+                    queued_at: 0,
+                    delivered_at: None,
+                    settled_at: None,
+                    note: None,
+                };
+                match self.injector(to).await {
+                    Some(i) => i
+                        .call(
+                            |reply| InjectorMsg::Enqueue {
+                                msg: Box::new(msg),
+                                ticket: Some(Box::new(ticket.clone())),
+                                reply,
+                            },
+                            CALL,
+                        )
+                        .await
+                        .and_then(|r| r.map(drop)),
+                    None => Err(FleetError::unavailable(
+                        format!("message to `{to}`"),
+                        "its injector is restarting",
+                    )),
+                }
+            }
         };
         if let Err(e) = queued {
             // Never durable yet: this records it, as undeliverable, so it does not dangle.
@@ -858,7 +880,7 @@ impl Fleet {
         }
         self.live_member(&to, &what).await?;
         let ticket = self
-            .ticketed(TicketKind::Send, from, &to, message, None)
+            .ticketed(TicketKind::Send, from, &to, message, None, Via::Injector)
             .await?;
         self.sent(ticket, wait, wait_secs).await
     }
@@ -942,61 +964,26 @@ impl Fleet {
         let from = caller
             .party()
             .ok_or_else(|| FleetError::internal("fleet_send", "no party"))?;
-        let now = self.ctx.now();
-        let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
-        let desk = self.desk().await?;
-        let body = message.clone();
-        let remote = RemoteReceipt {
+        let receipt = RemoteReceipt {
             host: host.to_string(),
             state: ReceiptState::Queued,
-            queued_at: now,
+            queued_at: self.ctx.now(),
             transmitted_at: None,
             delivered_at: None,
             settled_at: None,
             note: None,
         };
-        let msg = self.ctx.alloc_msg_id();
         let lead = MemberName::new("lead")?;
-        let ticket = desk
-            .call(
-                |reply| DeskMsg::Open {
-                    kind: TicketKind::Send,
-                    from,
-                    to: lead,
-                    msg: Some(msg),
-                    body,
-                    ttl_ms,
-                    defer: true,
-                    remote: Some(remote),
-                    origin: None,
-                    reply,
-                },
-                CALL,
+        let ticket = self
+            .ticketed(
+                TicketKind::Send,
+                from,
+                &lead,
+                message,
+                None,
+                Via::Mail { mail, receipt },
             )
-            .await??;
-        let (h, t2) = (host.to_string(), ticket.clone());
-        let queued = mail
-            .call(
-                |reply| MailMsg::Send {
-                    host: h,
-                    ticket: Box::new(t2),
-                    body: message,
-                    reply,
-                },
-                CALL,
-            )
-            .await
-            .and_then(|r| r);
-        if let Err(e) = queued {
-            desk.cast(DeskMsg::Undeliverable {
-                ticket: ticket.id,
-                why: e.to_string(),
-            });
-            return Err(e);
-        }
-        desk.cast(DeskMsg::Known {
-            ticket: Box::new(ticket.clone()),
-        });
+            .await?;
         self.sent(ticket, wait, wait_secs).await
     }
 
@@ -1033,7 +1020,14 @@ impl Fleet {
             host: origin.host.clone(),
         };
         let t = self
-            .ticketed(TicketKind::Send, from, &primary.name, body, Some(origin))
+            .ticketed(
+                TicketKind::Send,
+                from,
+                &primary.name,
+                body,
+                Some(origin),
+                Via::Injector,
+            )
             .await?;
         Ok(t.id)
     }
@@ -1110,6 +1104,7 @@ impl Fleet {
                 &lead.name,
                 format!("question: {question}"),
                 None,
+                Via::Injector,
             )
             .await?;
         let secs = self.ctx.config().tickets.ask_wait_seconds;
@@ -1983,6 +1978,17 @@ impl Fleet {
         self.sup.stop(Some("shutdown".into()));
         hung
     }
+}
+
+/// Where a ticketed message is queued, in the same commit as its ticket.
+enum Via {
+    /// The target member's injector, on this host.
+    Injector,
+    /// This host's outbox to another host's lead (`receipt.host`).
+    Mail {
+        mail: Mailbox<MailMsg>,
+        receipt: RemoteReceipt,
+    },
 }
 
 /// Write a file readable only by its owner, durably: a temporary beside it, fsync, rename,
