@@ -306,6 +306,8 @@ fn durability_baselines(
             "x",
             600_000,
             0,
+            None,
+            None,
         );
         let m = Message {
             id: MsgId(i as u64 + 1),

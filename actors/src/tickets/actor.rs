@@ -225,17 +225,9 @@ impl Actor for DeskActor {
                 origin,
                 reply,
             } => {
-                let (mut t, mut fx) = st.core.open(kind, from, to, msg, &body, ttl_ms, now);
-                if remote.is_some() || origin.is_some() {
-                    t = st.core.link_remote(t.id, remote, origin).unwrap_or(t);
-                    for e in fx.iter_mut() {
-                        if let Effect::Save(x) = e
-                            && x.id == t.id
-                        {
-                            *x = t.clone();
-                        }
-                    }
-                }
+                let (t, mut fx) = st
+                    .core
+                    .open(kind, from, to, msg, &body, ttl_ms, now, remote, origin);
                 if defer {
                     fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
                 }

@@ -209,7 +209,8 @@ impl Desk {
         )
     }
 
-    /// Open a ticket; `ttl_ms` from now.
+    /// Open a ticket; `ttl_ms` from now. `remote`: it carries lead-to-lead mail this host sends;
+    /// `origin`: it is for mail another host sent.
     #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
@@ -220,6 +221,8 @@ impl Desk {
         body: &str,
         ttl_ms: Millis,
         now: Millis,
+        remote: Option<RemoteReceipt>,
+        origin: Option<Origin>,
     ) -> (Ticket, Vec<Effect>) {
         let id = TicketId(self.next_id);
         self.next_id += 1;
@@ -239,8 +242,8 @@ impl Desk {
             note: None,
             acked: false,
             updated_at: now,
-            remote: None,
-            origin: None,
+            remote,
+            origin,
         };
         self.tickets.insert(id, t.clone());
         let mut fx = vec![Effect::Save(t.clone())];
@@ -458,19 +461,6 @@ impl Desk {
         fx
     }
 
-    /// Mark a just-opened ticket as lead-to-lead mail.
-    pub fn link_remote(
-        &mut self,
-        id: TicketId,
-        remote: Option<RemoteReceipt>,
-        origin: Option<Origin>,
-    ) -> Option<Ticket> {
-        let t = self.tickets.get_mut(&id)?;
-        t.remote = remote;
-        t.origin = origin;
-        Some(t.clone())
-    }
-
     /// The ticket this host opened for a message received from `origin`, if it still has one
     /// (so a message handed over once is never handed over again).
     pub fn by_origin(&self, origin: &Origin) -> Option<&Ticket> {
@@ -665,6 +655,8 @@ mod tests {
             "do x\nmore",
             1_000,
             0,
+            None,
+            None,
         );
         assert_eq!(t.subject, "do x");
         assert!(matches!(&fx[..], [Effect::Save(_)]));
@@ -701,7 +693,17 @@ mod tests {
     #[test]
     fn ttl_expiry_then_late_reply_is_refused_and_kept() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 1_000, 0);
+        let (t, _) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "x",
+            1_000,
+            0,
+            None,
+            None,
+        );
         assert!(d.tick(999).is_empty());
         let fx = d.tick(1_000);
         assert!(matches!(&fx[..], [Effect::Save(t)] if t.state == TicketState::Expired));
@@ -724,7 +726,17 @@ mod tests {
     #[test]
     fn turn_end_without_reply_attaches_tail_and_reply_still_wins() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 1_000, 0);
+        let (t, _) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "x",
+            1_000,
+            0,
+            None,
+            None,
+        );
         d.wait(t.id, 1, 900).unwrap();
         let fx = d.turn_ended(t.id, "last lines".into(), 10);
         assert!(fx.iter().any(
@@ -758,6 +770,8 @@ mod tests {
             "q?",
             10_000,
             0,
+            None,
+            None,
         );
         d.wait(t.id, 3, 55).unwrap();
         assert_eq!(d.next_deadline(), Some(55));
@@ -770,7 +784,17 @@ mod tests {
     #[test]
     fn ack_rules() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 1_000, 0);
+        let (t, _) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "x",
+            1_000,
+            0,
+            None,
+            None,
+        );
         assert_eq!(
             d.ack(&lead(), t.id, 1).unwrap_err().kind,
             ErrorKind::Conflict
@@ -788,14 +812,44 @@ mod tests {
         let mut d = Desk::new(vec![], 1, 3);
         let mut ids = vec![];
         for i in 0..3 {
-            let (t, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "x", 10, i);
+            let (t, _) = d.open(
+                TicketKind::Send,
+                lead(),
+                n("w1"),
+                None,
+                "x",
+                10,
+                i,
+                None,
+                None,
+            );
             ids.push(t.id);
         }
         d.tick(100); // all expired
         d.ack(&lead(), ids[1], 101).unwrap();
-        let (_, fx) = d.open(TicketKind::Send, lead(), n("w1"), None, "y", 10, 102);
+        let (_, fx) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "y",
+            10,
+            102,
+            None,
+            None,
+        );
         assert!(fx.contains(&Effect::Delete(ids[1])), "{fx:?}");
-        let (_, _) = d.open(TicketKind::Send, lead(), n("w1"), None, "z", 10, 103);
+        let (_, _) = d.open(
+            TicketKind::Send,
+            lead(),
+            n("w1"),
+            None,
+            "z",
+            10,
+            103,
+            None,
+            None,
+        );
         assert_eq!(d.all().filter(|t| t.state == TicketState::Open).count(), 2);
     }
 
@@ -811,7 +865,7 @@ mod tests {
             for (op, who, dt) in ops {
                 now += dt as u64;
                 match op {
-                    0 => { let (t, _) = d.open(TicketKind::Send, lead(), n(names[who as usize % 2]), None, "x", 1_000, now); ids.push(t.id); }
+                    0 => { let (t, _) = d.open(TicketKind::Send, lead(), n(names[who as usize % 2]), None, "x", 1_000, now, None, None); ids.push(t.id); }
                     1 => if let Some(id) = ids.get(who as usize).copied() {
                         let caller = member(names[who as usize], Role::Worker);
                         let before = d.get(id).unwrap().clone();
