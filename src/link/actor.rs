@@ -19,7 +19,7 @@ use fleetd_actors::supervisor::actor::{ChildSpec, start_child};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use fleetd_actors::mail::actor::MailMsg;
-use fleetd_actors::mail::state::{Item, MAX_BATCH};
+use fleetd_actors::mail::state::check_received;
 
 use super::anchors::{AnchorArgs, AnchorPuller, AnchorService};
 use super::endpoint::{Endpoint, Link, Peer, close};
@@ -103,20 +103,8 @@ impl super::wire::Handler for Serve {
                     accepted,
                 };
                 let max = self.ctx.config().injector.max_message_bytes;
-                if envelopes.len() > MAX_BATCH {
-                    return refuse(
-                        format!("{} envelopes in one request", envelopes.len()),
-                        format!("at most {MAX_BATCH} envelopes per request"),
-                    );
-                }
-                if let Some(e) = envelopes.iter().find(|e| match &e.item {
-                    Item::Mail { body, .. } => body.len() > max,
-                    Item::Update { .. } => false,
-                }) {
-                    return refuse(
-                        format!("envelope {} holds a message over {max} bytes", e.seq),
-                        format!("messages of at most injector.max_message_bytes = {max}"),
-                    );
+                if let Err(b) = check_received(&envelopes, max) {
+                    return refuse(b.why, b.accepted);
                 }
                 let Some(mail) = self.ctx.dir.mail() else {
                     return refuse(

@@ -450,6 +450,39 @@ impl Postbox {
     }
 }
 
+/// Why a received batch is refused whole, and what would be accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadBatch {
+    pub why: String,
+    pub accepted: String,
+}
+
+/// The bounds on a batch a peer delivers, checked before anything else looks at it: at most
+/// `MAX_BATCH` envelopes, and no message over `max_message_bytes` (this host's injector limit).
+pub fn check_received(envelopes: &[Envelope], max_message_bytes: usize) -> Result<(), BadBatch> {
+    if envelopes.len() > MAX_BATCH {
+        return Err(BadBatch {
+            why: format!("{} envelopes in one request", envelopes.len()),
+            accepted: format!("at most {MAX_BATCH} envelopes per request"),
+        });
+    }
+    if let Some(e) = envelopes.iter().find(|e| match &e.item {
+        Item::Mail { body, .. } => body.len() > max_message_bytes,
+        Item::Update { .. } => false,
+    }) {
+        return Err(BadBatch {
+            why: format!(
+                "envelope {} holds a message over {max_message_bytes} bytes",
+                e.seq
+            ),
+            accepted: format!(
+                "messages of at most injector.max_message_bytes = {max_message_bytes}"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Received traffic stored and acknowledged but not yet handed on, in arrival order.
 ///
 /// Owns the hand-on rule: the reports in a round go to the desk together (they are idempotent
@@ -873,6 +906,25 @@ mod tests {
             ticket: TicketId(t),
             update: RemoteUpdate::Transmitted,
         }
+    }
+
+    #[test]
+    fn a_received_batch_is_bounded_in_envelopes_and_message_size() {
+        let env = |s: u64, item| Envelope { seq: s, item };
+        let ok: Vec<Envelope> = (1..=MAX_BATCH as u64).map(|s| env(s, mail(s))).collect();
+        assert_eq!(check_received(&ok, 4), Ok(()));
+        let mut many = ok.clone();
+        many.push(env(MAX_BATCH as u64 + 1, report(1)));
+        let bad = check_received(&many, 4).unwrap_err();
+        assert!(bad.why.contains("257 envelopes") && bad.accepted.contains("at most 256"));
+        // "m10" is 3 bytes: over a limit of 2; a report is never over.
+        let big = vec![env(1, report(1)), env(2, mail(10))];
+        let bad = check_received(&big, 2).unwrap_err();
+        assert!(
+            bad.why.contains("envelope 2") && bad.accepted.contains("= 2"),
+            "{bad:?}"
+        );
+        assert_eq!(check_received(&big, 3), Ok(()));
     }
 
     /// (peer, seq) of an envelope.
