@@ -110,11 +110,13 @@ impl WitnessService {
         let _g = self.lock.lock().await;
         let dir = self.ctx.state_dir.join("witness");
         let path = file_of(&dir, &origin);
-        let prev: Option<Witnessed> = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        let (p2, n2, k2) = (peer.to_string(), note.clone(), key);
+        let (p2, n2, k2, path2) = (peer.to_string(), note.clone(), key, path.clone());
         let verdict = match tokio::task::spawn_blocking(move || {
+            // What this host witnessed of that origin before (small; on the blocking pool with
+            // the judgement, not on the async thread).
+            let prev: Option<Witnessed> = std::fs::read(&path2)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
             judge(prev.as_ref(), &p2, &k2, &n2, old_size, &lines)
         })
         .await
