@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use fleetd_actors::ctx::SharedCtx;
 use fleetd_actors::events::EventKind;
-use fleetd_actors::ledger::witness::{Verdict, Witnessed, judge};
+use fleetd_actors::ledger::witness::{OwnLedger, Submission, Verdict, Witnessed, judge};
 
 use super::wire::{self, Request, Response};
 
@@ -28,17 +28,8 @@ pub struct WitnessService {
     witnessed_by: Mutex<HashMap<String, u64>>,
     /// Peers with a submission under way (one at a time each).
     busy: Mutex<std::collections::HashSet<String>>,
-    own: Mutex<Option<Arc<OwnLedger>>>,
-}
-
-/// This host's ledger, split for submission.
-struct OwnLedger {
-    /// The file length it was parsed at.
-    len: u64,
-    header: String,
-    entries: Vec<String>,
-    /// (size, signed note), in file order.
-    checkpoints: Vec<(u64, String)>,
+    /// This host's ledger as last parsed, with the file length it was parsed at.
+    own: Mutex<Option<(u64, Arc<OwnLedger>)>>,
 }
 
 fn file_of(dir: &Path, origin: &str) -> PathBuf {
@@ -215,46 +206,22 @@ impl WitnessService {
         if len > fleetd_actors::ledger::actor::MAX_LEDGER_BYTES {
             return None;
         }
-        if let Some(l) = self
+        if let Some((_, l)) = self
             .own
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .filter(|l| l.len == len)
+            .filter(|(at, _)| *at == len)
         {
             return Some(l.clone());
         }
         let text = tokio::fs::read_to_string(&path).await.ok()?;
-        let mut lines = text.lines();
-        let header = lines.next()?.to_string();
-        let mut entries: Vec<String> = vec![];
-        let mut checkpoints: Vec<(u64, String)> = vec![];
-        for l in lines {
-            match serde_json::from_str::<serde_json::Value>(l) {
-                // Our own checkpoints: the writer signed them; only their size is read here.
-                Ok(v) => match v.get("checkpoint").and_then(|n| n.as_str()) {
-                    Some(n) => {
-                        if let Some(size) = n.lines().nth(1).and_then(|x| x.parse().ok()) {
-                            checkpoints.push((size, n.to_string()));
-                        }
-                    }
-                    None => entries.push(l.to_string()),
-                },
-                Err(_) => break, // a torn tail
-            }
-        }
-        let parsed = Arc::new(OwnLedger {
-            len,
-            header,
-            entries,
-            checkpoints,
-        });
-        *self.own.lock().unwrap_or_else(|p| p.into_inner()) = Some(parsed.clone());
+        let parsed = Arc::new(OwnLedger::parse(&text)?);
+        *self.own.lock().unwrap_or_else(|p| p.into_inner()) = Some((len, parsed.clone()));
         Some(parsed)
     }
 
     async fn submit(&self, peer: &str, conn: &quinn::Connection, own: &OwnLedger) {
-        let (header, entries, checkpoints) = (&own.header, &own.entries, &own.checkpoints);
         for _ in 0..MAX_ROUNDS {
             let w = self
                 .witnessed_by
@@ -263,25 +230,18 @@ impl WitnessService {
                 .get(peer)
                 .copied()
                 .unwrap_or(0);
-            let Some((size, note)) = checkpoints
-                .iter()
-                .filter(|(s, _)| *s > w)
-                .min_by_key(|(s, _)| *s)
-                .cloned()
+            let Some(Submission {
+                size,
+                note,
+                old_size,
+                lines,
+            }) = own.next(w)
             else {
                 return;
             };
-            if size as usize > entries.len() {
-                return;
-            }
-            let mut lines = vec![];
-            if w == 0 {
-                lines.push(header.clone());
-            }
-            lines.extend(entries[w as usize..size as usize].iter().cloned());
             let req = Request::Witness {
                 note: note.clone(),
-                old_size: w,
+                old_size,
                 lines,
             };
             match wire::request(peer, conn, &req).await {
@@ -332,12 +292,12 @@ impl WitnessService {
                         .insert(peer.to_string(), s);
                     // It holds size `s`: show it this host's checkpoint of that size, if there
                     // is one, so it compares the heads (a rewritten history shows here).
-                    if let Some((_, n)) = checkpoints.iter().find(|(x, _)| *x == s) {
+                    if let Some(n) = own.checkpoint(s) {
                         let r = wire::request(
                             peer,
                             conn,
                             &Request::Witness {
-                                note: n.clone(),
+                                note: n.to_string(),
                                 old_size: s,
                                 lines: vec![],
                             },

@@ -213,6 +213,83 @@ pub fn check_against(text: &str, w: &Witnessed) -> Result<String, String> {
     ))
 }
 
+/// This host's own ledger as a submitter sends it to its witnesses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnLedger {
+    pub header: String,
+    pub entries: Vec<String>,
+    /// (size, signed note), in file order.
+    pub checkpoints: Vec<(u64, String)>,
+}
+
+/// One witness request: a checkpoint, the size the witness holds, and the lines from there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    pub size: u64,
+    pub note: String,
+    pub old_size: u64,
+    pub lines: Vec<String>,
+}
+
+impl OwnLedger {
+    /// Split this host's ledger file. Its checkpoints were signed by this host's writer: only
+    /// their size is read. A torn tail ends it. `None` without a header.
+    pub fn parse(text: &str) -> Option<OwnLedger> {
+        let mut lines = text.lines();
+        let mut own = OwnLedger {
+            header: lines.next()?.to_string(),
+            ..Default::default()
+        };
+        for l in lines {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(l) else {
+                break;
+            };
+            match v.get("checkpoint").and_then(|n| n.as_str()) {
+                Some(n) => {
+                    if let Some(size) = n.lines().nth(1).and_then(|x| x.parse().ok()) {
+                        own.checkpoints.push((size, n.to_string()));
+                    }
+                }
+                None => own.entries.push(l.to_string()),
+            }
+        }
+        Some(own)
+    }
+
+    /// What to send a witness that holds `witnessed` entries: the smallest checkpoint past it,
+    /// with the entries from there to it (the header first on a first submission). `None` when
+    /// nothing is new (or the checkpoint is past the entries read, a torn tail).
+    pub fn next(&self, witnessed: u64) -> Option<Submission> {
+        let (size, note) = self
+            .checkpoints
+            .iter()
+            .filter(|(s, _)| *s > witnessed)
+            .min_by_key(|(s, _)| *s)?;
+        let entries = self
+            .entries
+            .get(usize::try_from(witnessed).ok()?..usize::try_from(*size).ok()?)?;
+        let mut lines = Vec::with_capacity(entries.len() + 1);
+        if witnessed == 0 {
+            lines.push(self.header.clone());
+        }
+        lines.extend(entries.iter().cloned());
+        Some(Submission {
+            size: *size,
+            note: note.clone(),
+            old_size: witnessed,
+            lines,
+        })
+    }
+
+    /// This host's checkpoint of `size`, if it signed one.
+    pub fn checkpoint(&self, size: u64) -> Option<&str> {
+        self.checkpoints
+            .iter()
+            .find(|(s, _)| *s == size)
+            .map(|(_, n)| n.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +328,36 @@ mod tests {
             &core.origin,
             key,
         )
+    }
+
+    #[test]
+    fn a_submitter_sends_the_next_checkpoint_with_the_entries_since_the_witnessed_size() {
+        let k = SigningKey::from_bytes(&[3; 32]);
+        let (lines, core3) = ledger(3, "x");
+        let (lines5, core5) = ledger(5, "x");
+        let mut text = lines[..4].join("\n") + "\n";
+        text += &(crate::ledger::state::checkpoint_line(&note(&core3, &k)) + "\n");
+        text += &(lines5[4..6].join("\n") + "\n");
+        text += &(crate::ledger::state::checkpoint_line(&note(&core5, &k)) + "\n");
+        text += "{\"torn";
+        let own = OwnLedger::parse(&text).unwrap();
+        assert_eq!((own.entries.len(), own.checkpoints.len()), (5, 2));
+        let first = own.next(0).unwrap();
+        assert_eq!((first.size, first.old_size), (3, 0));
+        assert_eq!(first.lines, lines[..4].to_vec());
+        let then = own.next(3).unwrap();
+        assert_eq!((then.size, &then.lines), (5, &lines5[4..6].to_vec()));
+        assert_eq!(own.next(5), None);
+        assert_eq!(own.checkpoint(3), Some(note(&core3, &k).as_str()));
+        // What it sends is what a witness cosigns.
+        let vk = k.verifying_key();
+        let Verdict::Cosign(w) = judge(None, "a", &vk, &first.note, 0, &first.lines) else {
+            panic!()
+        };
+        assert!(matches!(
+            judge(Some(&w), "a", &vk, &then.note, 3, &then.lines),
+            Verdict::Cosign(_)
+        ));
     }
 
     #[test]
