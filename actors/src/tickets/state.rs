@@ -644,20 +644,31 @@ mod tests {
         Party::Member(n("lead"))
     }
 
+    /// The lead sends `body` to `to`: a ticket open for `ttl_ms` from `now`.
+    fn send(
+        d: &mut Desk,
+        to: &str,
+        body: &str,
+        ttl_ms: Millis,
+        now: Millis,
+    ) -> (Ticket, Vec<Effect>) {
+        d.open(
+            TicketKind::Send,
+            lead(),
+            n(to),
+            None,
+            body,
+            ttl_ms,
+            now,
+            None,
+            None,
+        )
+    }
+
     #[test]
     fn reply_by_owner_wakes_waiter() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, fx) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "do x\nmore",
-            1_000,
-            0,
-            None,
-            None,
-        );
+        let (t, fx) = send(&mut d, "w1", "do x\nmore", 1_000, 0);
         assert_eq!(t.subject, "do x");
         assert!(matches!(&fx[..], [Effect::Save(_)]));
         assert_eq!(d.wait(t.id, 7, 500).unwrap(), None);
@@ -693,17 +704,7 @@ mod tests {
     #[test]
     fn ttl_expiry_then_late_reply_is_refused_and_kept() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "x",
-            1_000,
-            0,
-            None,
-            None,
-        );
+        let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         assert!(d.tick(999).is_empty());
         let fx = d.tick(1_000);
         assert!(matches!(&fx[..], [Effect::Save(t)] if t.state == TicketState::Expired));
@@ -726,17 +727,7 @@ mod tests {
     #[test]
     fn turn_end_without_reply_attaches_tail_and_reply_still_wins() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "x",
-            1_000,
-            0,
-            None,
-            None,
-        );
+        let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         d.wait(t.id, 1, 900).unwrap();
         let fx = d.turn_ended(t.id, "last lines".into(), 10);
         assert!(fx.iter().any(
@@ -784,17 +775,7 @@ mod tests {
     #[test]
     fn ack_rules() {
         let mut d = Desk::new(vec![], 1, 100);
-        let (t, _) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "x",
-            1_000,
-            0,
-            None,
-            None,
-        );
+        let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         assert_eq!(
             d.ack(&lead(), t.id, 1).unwrap_err().kind,
             ErrorKind::Conflict
@@ -812,44 +793,14 @@ mod tests {
         let mut d = Desk::new(vec![], 1, 3);
         let mut ids = vec![];
         for i in 0..3 {
-            let (t, _) = d.open(
-                TicketKind::Send,
-                lead(),
-                n("w1"),
-                None,
-                "x",
-                10,
-                i,
-                None,
-                None,
-            );
+            let (t, _) = send(&mut d, "w1", "x", 10, i);
             ids.push(t.id);
         }
         d.tick(100); // all expired
         d.ack(&lead(), ids[1], 101).unwrap();
-        let (_, fx) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "y",
-            10,
-            102,
-            None,
-            None,
-        );
+        let (_, fx) = send(&mut d, "w1", "y", 10, 102);
         assert!(fx.contains(&Effect::Delete(ids[1])), "{fx:?}");
-        let (_, _) = d.open(
-            TicketKind::Send,
-            lead(),
-            n("w1"),
-            None,
-            "z",
-            10,
-            103,
-            None,
-            None,
-        );
+        let (_, _) = send(&mut d, "w1", "z", 10, 103);
         assert_eq!(d.all().filter(|t| t.state == TicketState::Open).count(), 2);
     }
 
@@ -865,7 +816,7 @@ mod tests {
             for (op, who, dt) in ops {
                 now += dt as u64;
                 match op {
-                    0 => { let (t, _) = d.open(TicketKind::Send, lead(), n(names[who as usize % 2]), None, "x", 1_000, now, None, None); ids.push(t.id); }
+                    0 => { let (t, _) = send(&mut d, names[who as usize % 2], "x", 1_000, now); ids.push(t.id); }
                     1 => if let Some(id) = ids.get(who as usize).copied() {
                         let caller = member(names[who as usize], Role::Worker);
                         let before = d.get(id).unwrap().clone();
