@@ -416,7 +416,16 @@ impl Postbox {
         room: usize,
     ) -> Received {
         let mut room = room;
-        let (known_epoch, mark) = self.marks.get(peer).copied().unwrap_or((epoch, 0));
+        let (known_epoch, mark) = match self.marks.get(peer) {
+            Some(&m) => m,
+            // Nothing heard from this peer (or this host's mail state is new): the sender still
+            // holds only what no receiver confirmed, so its oldest envelope is where to start;
+            // waiting for a seq 1 it no longer has would stall it for good.
+            None => (
+                epoch,
+                envelopes.first().map_or(0, |e| e.seq.saturating_sub(1)),
+            ),
+        };
         let reset = known_epoch != epoch;
         let mut upto = if reset { 0 } else { mark };
         let mut accepted = vec![];
@@ -906,6 +915,29 @@ mod tests {
             ticket: TicketId(t),
             update: RemoteUpdate::Transmitted,
         }
+    }
+
+    #[test]
+    fn a_receiver_that_lost_its_state_takes_up_where_the_senders_outbox_starts() {
+        let mut tx = postbox();
+        for i in 1..=6 {
+            put(&mut tx, "beta", mail(i));
+        }
+        tx.link("beta", true, 0);
+        // The first four were confirmed by beta's old state, which is gone.
+        let fx = tx.acked("beta", 4, 0);
+        let mut fresh = postbox();
+        let Some(envelopes) = fx.into_iter().find_map(|e| match e {
+            Effect::Transmit { envelopes, .. } => Some(envelopes),
+            _ => None,
+        }) else {
+            panic!("nothing transmitted")
+        };
+        let r = take(&mut fresh, envelopes.clone());
+        assert_eq!((r.upto, r.accepted.len(), r.reset), (6, 2, false));
+        // And from then on it is an ordinary mark: the same batch again is a duplicate.
+        let again = take(&mut fresh, envelopes);
+        assert_eq!((again.upto, again.accepted.len()), (6, 0));
     }
 
     #[test]
