@@ -30,7 +30,7 @@ const REFUSALS: TableDefinition<u64, &[u8]> = TableDefinition::new("decision_ref
 const DRIFT_CACHE: TableDefinition<&str, &[u8]> = TableDefinition::new("drift_cache");
 /// Lead-to-lead mail waiting for its peer to hold it durably, by (peer, seq).
 const MAIL_OUT: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("mail_out");
-/// Lead-to-lead traffic received and not yet handed on, by (peer, seq).
+/// Lead-to-lead traffic received and not yet handed on, by (peer, this host's arrival number).
 const MAIL_IN: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("mail_in");
 /// `epoch`; `next:PEER` (the next outgoing seq); `mark:PEER` and `mark_epoch:PEER`.
 const MAIL_META: TableDefinition<&str, u64> = TableDefinition::new("mail_meta");
@@ -100,9 +100,10 @@ pub struct Batch {
     pub mail_out: Vec<(String, Envelope)>,
     /// Outgoing envelopes a peer now holds: delete this peer's up to this seq.
     pub mail_out_done: Vec<(String, u64)>,
-    /// Received envelopes to keep until they are handed on.
-    pub mail_in: Vec<(String, Envelope)>,
-    /// Received envelopes handed on.
+    /// Received envelopes to keep until they are handed on: (peer, this host's arrival number,
+    /// envelope). Not keyed by the sender's seq, which a sender's new epoch reuses.
+    pub mail_in: Vec<(String, u64, Envelope)>,
+    /// Received envelopes handed on: (peer, arrival number).
     pub mail_in_done: Vec<(String, u64)>,
     pub mail_meta: Vec<(String, u64)>,
 }
@@ -204,11 +205,11 @@ impl Store {
             }
             if !(b.mail_in.is_empty() && b.mail_in_done.is_empty()) {
                 let mut t = tx.open_table(MAIL_IN)?;
-                for (peer, e) in &b.mail_in {
-                    t.insert((peer.as_str(), e.seq), enc(e).as_slice())?;
+                for (peer, arrival, e) in &b.mail_in {
+                    t.insert((peer.as_str(), *arrival), enc(e).as_slice())?;
                 }
-                for (peer, seq) in &b.mail_in_done {
-                    t.remove((peer.as_str(), *seq))?;
+                for (peer, arrival) in &b.mail_in_done {
+                    t.remove((peer.as_str(), *arrival))?;
                 }
             }
             if !b.mail_meta.is_empty() {
@@ -401,19 +402,22 @@ impl Store {
         Ok((out, marks, epoch))
     }
 
-    /// Every received envelope not yet handed on, by peer in seq order.
-    pub fn load_mail_in(&self) -> Result<Vec<(String, Envelope)>, StoreError> {
+    /// Every received envelope not yet handed on, as (peer, arrival number, envelope), in the
+    /// order they arrived.
+    pub fn load_mail_in(&self) -> Result<Vec<(String, u64, Envelope)>, StoreError> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(MAIL_IN)?;
         let mut out = vec![];
         for row in t.iter()? {
             let (k, v) = row?;
-            let (peer, seq) = k.value();
+            let (peer, arrival) = k.value();
             out.push((
                 peer.to_string(),
-                dec(&format!("received mail {peer}#{seq}"), v.value())?,
+                arrival,
+                dec(&format!("received mail {peer}#{arrival}"), v.value())?,
             ));
         }
+        out.sort_by_key(|(_, arrival, _)| *arrival);
         Ok(out)
     }
 
@@ -436,6 +440,50 @@ mod tests {
     use super::*;
     use crate::injector::state::ReceiptState;
     use crate::types::Party;
+
+    #[test]
+    fn received_mail_is_kept_by_arrival_so_a_reused_seq_overwrites_nothing() {
+        use crate::mail::state::{Envelope, Item};
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("s.redb")).unwrap();
+        let env = |seq, t| Envelope {
+            seq,
+            item: Item::Mail {
+                ticket: TicketId(t),
+                from: MemberName::new("lead").unwrap(),
+                body: format!("m{t}"),
+                sent_at: 0,
+            },
+        };
+        // Seq 3 of the sender's old epoch, then seq 3 of its new one, then another peer's.
+        s.commit(&Batch {
+            mail_in: vec![
+                ("b".into(), 7, env(3, 1)),
+                ("b".into(), 8, env(3, 2)),
+                ("a".into(), 9, env(1, 3)),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+        let tickets = |s: &Store| {
+            s.load_mail_in()
+                .unwrap()
+                .into_iter()
+                .map(|(p, a, e)| match e.item {
+                    Item::Mail { ticket, .. } => (p, a, ticket.0),
+                    Item::Update { .. } => unreachable!(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let b = |a, t| ("b".to_string(), a, t);
+        assert_eq!(tickets(&s), vec![b(7, 1), b(8, 2), ("a".into(), 9, 3)]);
+        s.commit(&Batch {
+            mail_in_done: vec![("b".into(), 7), ("a".into(), 9)],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(tickets(&s), vec![b(8, 2)]);
+    }
 
     #[test]
     fn round_trip_and_reopen() {

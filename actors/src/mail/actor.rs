@@ -135,7 +135,7 @@ impl MailState {
         let held = self
             .inbox
             .iter()
-            .filter_map(|(peer, e)| match &e.item {
+            .filter_map(|(peer, _, e)| match &e.item {
                 Item::Mail {
                     from, body, ticket, ..
                 } => Some(format!(
@@ -435,8 +435,8 @@ impl Actor for MailActor {
             ctx.store.run(move |s| s.commit(&batch)).await?;
         }
         let mut inbox = Inbox::default();
-        for (peer, env) in ctx.store.run(|s| s.load_mail_in()).await? {
-            inbox.push(peer, env);
+        for (peer, arrival, env) in ctx.store.run(|s| s.load_mail_in()).await? {
+            inbox.push(peer, arrival, env);
         }
         let c = ctx.config();
         let peers: Vec<String> = c.peers.keys().cloned().collect();
@@ -589,24 +589,30 @@ impl Actor for MailActor {
                 if r.reset {
                     tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
                 }
+                let first = st.inbox.next_arrival();
+                let numbered: Vec<(String, u64, Envelope)> = (first..)
+                    .zip(&r.accepted)
+                    .map(|(arrival, e)| (peer.clone(), arrival, e.clone()))
+                    .collect();
                 let b = Batch {
-                    mail_in: r
-                        .accepted
-                        .iter()
-                        .map(|e| (peer.clone(), e.clone()))
-                        .collect(),
+                    mail_in: numbered,
                     mail_meta: vec![
                         (format!("mark:{peer}"), r.upto),
                         (format!("mark_epoch:{peer}"), r.epoch),
                     ],
                     ..Default::default()
                 };
-                match st.ctx.store.run(move |s| s.commit(&b)).await {
-                    Ok(()) => {
+                match st
+                    .ctx
+                    .store
+                    .run(move |s| s.commit(&b).map(|()| b.mail_in))
+                    .await
+                {
+                    Ok(numbered) => {
                         st.core.commit(&peer, &r);
-                        let n = r.accepted.len();
-                        for e in r.accepted {
-                            st.inbox.push(peer.clone(), e);
+                        let n = numbered.len();
+                        for (peer, arrival, e) in numbered {
+                            st.inbox.push(peer, arrival, e);
                         }
                         // Held mail shows before the sender hears it is here.
                         st.publish();

@@ -492,7 +492,9 @@ pub fn check_received(envelopes: &[Envelope], max_message_bytes: usize) -> Resul
     Ok(())
 }
 
-/// Received traffic stored and acknowledged but not yet handed on, in arrival order.
+/// Received traffic stored and acknowledged but not yet handed on, in arrival order. Each
+/// envelope carries this host's own arrival number (its key in the store): the sender's seq
+/// is not unique once the sender starts a new epoch.
 ///
 /// Owns the hand-on rule: the reports in a round go to the desk together (they are idempotent
 /// and need no order with mail); each peer's mail goes to the lead in order, and once one of a
@@ -500,15 +502,24 @@ pub fn check_received(envelopes: &[Envelope], max_message_bytes: usize) -> Resul
 /// across rounds). Also the bound on held mail (`room`).
 #[derive(Clone, Debug, Default)]
 pub struct Inbox {
-    held: VecDeque<(String, Envelope)>,
+    held: VecDeque<(String, u64, Envelope)>,
     /// How many of `held` are mail (the rest are reports).
     mails: usize,
+    /// The next arrival number.
+    next: u64,
 }
 
 impl Inbox {
-    pub fn push(&mut self, peer: String, env: Envelope) {
+    /// The arrival number the next envelope stored should get (then `push` it with it).
+    pub fn next_arrival(&self) -> u64 {
+        self.next.max(1)
+    }
+
+    /// Hold an envelope from `peer`, stored under `arrival`.
+    pub fn push(&mut self, peer: String, arrival: u64, env: Envelope) {
         self.mails += usize::from(matches!(env.item, Item::Mail { .. }));
-        self.held.push_back((peer, env));
+        self.next = self.next.max(arrival + 1);
+        self.held.push_back((peer, arrival, env));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -525,8 +536,8 @@ impl Inbox {
         MAX_HELD.saturating_sub(self.mails)
     }
 
-    /// What is held, oldest first, with the peer it came from.
-    pub fn iter(&self) -> impl Iterator<Item = &(String, Envelope)> {
+    /// What is held, oldest first: (peer, arrival, envelope).
+    pub fn iter(&self) -> impl Iterator<Item = &(String, u64, Envelope)> {
         self.held.iter()
     }
 
@@ -539,20 +550,21 @@ impl Inbox {
             applied: false,
             blocked: vec![],
             current: None,
-            keep: Inbox::default(),
+            keep: vec![],
             done: vec![],
         }
     }
 
     /// A round is over: what it did not hand on is held again, in its order. Returns what it
-    /// handed on, (peer, seq), to drop from the store.
+    /// handed on, (peer, arrival), to drop from the store.
     pub fn end(&mut self, mut r: Round) -> Vec<(String, u64)> {
         // Anything the round did not get to (it was ended early) is kept too, and so is
         // anything that arrived meanwhile, behind it.
         r.handed(false);
-        let arrived = std::mem::replace(self, r.keep);
-        for (peer, env) in r.pending.into_iter().chain(arrived.held) {
-            self.push(peer, env);
+        let arrived = std::mem::take(&mut self.held);
+        self.mails = 0;
+        for (peer, arrival, env) in r.keep.into_iter().chain(r.pending).chain(arrived) {
+            self.push(peer, arrival, env);
         }
         r.done
     }
@@ -562,6 +574,7 @@ impl Inbox {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToHand {
     pub peer: String,
+    /// The sender's sequence number.
     pub seq: u64,
     pub ticket: TicketId,
     pub from: MemberName,
@@ -571,13 +584,14 @@ pub struct ToHand {
 /// A hand-on round over what the inbox held (see `Inbox`).
 #[derive(Debug)]
 pub struct Round {
-    pending: VecDeque<(String, Envelope)>,
+    pending: VecDeque<(String, u64, Envelope)>,
     applied: bool,
     /// Peers one of whose messages the lead refused this round.
     blocked: Vec<String>,
     /// The mail `next_mail` gave, waiting for `handed`.
-    current: Option<(String, Envelope)>,
-    keep: Inbox,
+    current: Option<(String, u64, Envelope)>,
+    keep: Vec<(String, u64, Envelope)>,
+    /// (peer, arrival) of what was handed on.
     done: Vec<(String, u64)>,
 }
 
@@ -586,7 +600,7 @@ impl Round {
     pub fn reports(&self) -> Vec<(TicketId, RemoteUpdate)> {
         self.pending
             .iter()
-            .filter_map(|(_, e)| match &e.item {
+            .filter_map(|(_, _, e)| match &e.item {
                 Item::Update { ticket, update } => Some((*ticket, update.clone())),
                 Item::Mail { .. } => None,
             })
@@ -604,9 +618,9 @@ impl Round {
     pub fn next_mail(&mut self) -> Option<ToHand> {
         // Asked again without an answer: the last one was not handed on.
         self.handed(false);
-        while let Some((peer, env)) = self.pending.pop_front() {
+        while let Some((peer, arrival, env)) = self.pending.pop_front() {
             match &env.item {
-                Item::Update { .. } if self.applied => self.done.push((peer, env.seq)),
+                Item::Update { .. } if self.applied => self.done.push((peer, arrival)),
                 Item::Mail {
                     ticket, from, body, ..
                 } if !self.blocked.contains(&peer) => {
@@ -617,10 +631,10 @@ impl Round {
                         from: from.clone(),
                         body: body.clone(),
                     };
-                    self.current = Some((peer, env));
+                    self.current = Some((peer, arrival, env));
                     return Some(m);
                 }
-                _ => self.keep.push(peer, env),
+                _ => self.keep.push((peer, arrival, env)),
             }
         }
         None
@@ -629,14 +643,14 @@ impl Round {
     /// The lead took (`true`) or refused the mail `next_mail` gave; a refusal holds the rest of
     /// that peer's mail for this round.
     pub fn handed(&mut self, ok: bool) {
-        let Some((peer, env)) = self.current.take() else {
+        let Some((peer, arrival, env)) = self.current.take() else {
             return;
         };
         if ok {
-            self.done.push((peer, env.seq));
+            self.done.push((peer, arrival));
         } else {
             self.blocked.push(peer.clone());
-            self.keep.push(peer, env);
+            self.keep.push((peer, arrival, env));
         }
     }
 }
@@ -962,8 +976,14 @@ mod tests {
     /// (peer, seq) of an envelope.
     type Handed = (String, u64);
 
+    /// Hold what `peer` sent as `seq`, under the next arrival number (what the shell stores).
+    fn hold(inbox: &mut Inbox, peer: &str, seq: u64, item: Item) {
+        let arrival = inbox.next_arrival();
+        inbox.push(peer.into(), arrival, Envelope { seq, item });
+    }
+
     /// Run one round: the desk answers `desk_ok`, the lead takes mail while `lead` says so.
-    /// Returns the mail the lead took (peer, seq) and what the round handed on.
+    /// Returns the mail the lead took (peer, seq) and what the round handed on (peer, arrival).
     fn hand_round(
         inbox: &mut Inbox,
         desk_ok: bool,
@@ -986,12 +1006,11 @@ mod tests {
     #[test]
     fn a_refused_message_holds_the_rest_of_its_peers_mail_and_only_that() {
         let mut inbox = Inbox::default();
-        let env = |s, item| Envelope { seq: s, item };
-        inbox.push("a".into(), env(1, mail(1)));
-        inbox.push("b".into(), env(1, mail(2)));
-        inbox.push("a".into(), env(2, report(9)));
-        inbox.push("a".into(), env(3, mail(3)));
-        inbox.push("b".into(), env(2, mail(4)));
+        hold(&mut inbox, "a", 1, mail(1)); // arrival 1
+        hold(&mut inbox, "b", 1, mail(2)); // 2
+        hold(&mut inbox, "a", 2, report(9)); // 3
+        hold(&mut inbox, "a", 3, mail(3)); // 4
+        hold(&mut inbox, "b", 2, mail(4)); // 5
         assert_eq!((inbox.mails(), inbox.room()), (4, MAX_HELD - 4));
         // The lead refuses a's first message: a's later mail is not even offered; b's goes on.
         // The desk refuses the report: it stays.
@@ -1007,14 +1026,14 @@ mod tests {
         };
         assert_eq!(offered, pairs(&[("a", 1), ("b", 1), ("b", 2)]));
         assert_eq!(took, pairs(&[("b", 1), ("b", 2)]));
-        assert_eq!(done, took);
-        let held: Vec<_> = inbox.iter().map(|(p, e)| (p.clone(), e.seq)).collect();
+        assert_eq!(done, pairs(&[("b", 2), ("b", 5)]));
+        let held: Vec<_> = inbox.iter().map(|(p, _, e)| (p.clone(), e.seq)).collect();
         assert_eq!(held, pairs(&[("a", 1), ("a", 2), ("a", 3)]));
         assert_eq!(inbox.mails(), 2);
         // Next round everything goes, in order.
         let (took, done) = hand_round(&mut inbox, true, |_| true);
         assert_eq!(took, pairs(&[("a", 1), ("a", 3)]));
-        assert_eq!(done, pairs(&[("a", 1), ("a", 2), ("a", 3)]));
+        assert_eq!(done, pairs(&[("a", 1), ("a", 3), ("a", 4)]));
         assert!(inbox.is_empty() && inbox.mails() == 0);
     }
 
@@ -1022,13 +1041,7 @@ mod tests {
     fn a_round_ended_early_keeps_its_order_and_what_arrived_meanwhile_comes_after() {
         let mut inbox = Inbox::default();
         for s in 1..=3 {
-            inbox.push(
-                "a".into(),
-                Envelope {
-                    seq: s,
-                    item: mail(s),
-                },
-            );
+            hold(&mut inbox, "a", s, mail(s));
         }
         let mut r = inbox.round();
         r.reports_applied(true);
@@ -1037,17 +1050,29 @@ mod tests {
         r.handed(true);
         assert_eq!(r.next_mail().unwrap().seq, 2);
         // No answer for 2, and the round ends: 2 and 3 are held, then what arrived.
-        inbox.push(
-            "b".into(),
-            Envelope {
-                seq: 1,
-                item: mail(9),
-            },
-        );
+        hold(&mut inbox, "b", 1, mail(9));
         assert_eq!(inbox.end(r), vec![("a".to_string(), 1)]);
-        let held: Vec<_> = inbox.iter().map(|(p, e)| (p.as_str(), e.seq)).collect();
-        assert_eq!(held, vec![("a", 2), ("a", 3), ("b", 1)]);
+        let held: Vec<_> = inbox
+            .iter()
+            .map(|(p, a, e)| (p.as_str(), *a, e.seq))
+            .collect();
+        assert_eq!(held, vec![("a", 2, 2), ("a", 3, 3), ("b", 4, 1)]);
         assert_eq!(inbox.mails(), 3);
+        assert_eq!(inbox.next_arrival(), 5);
+    }
+
+    #[test]
+    fn a_senders_new_epoch_does_not_overwrite_mail_still_held_from_the_old_one() {
+        let mut inbox = Inbox::default();
+        hold(&mut inbox, "a", 3, mail(1)); // the old epoch's seq 3
+        hold(&mut inbox, "a", 3, mail(2)); // the new epoch's seq 3
+        let mut tickets = vec![];
+        let (_, done) = hand_round(&mut inbox, true, |m| {
+            tickets.push(m.ticket.0);
+            true
+        });
+        assert_eq!(tickets, vec![1, 2]);
+        assert_eq!(done, vec![("a".to_string(), 1), ("a".to_string(), 2)]);
     }
 
     proptest! {
@@ -1135,7 +1160,7 @@ mod tests {
                 if *is_mail {
                     sent[i].push(seq[i]);
                 }
-                inbox.push(format!("p{p}"), Envelope { seq: seq[i], item });
+                hold(&mut inbox, &format!("p{p}"), seq[i], item);
             }
             let mut took: Vec<Vec<u64>> = vec![vec![]; 3];
             let mut handed = 0;
@@ -1151,7 +1176,7 @@ mod tests {
                     took[usize::from(peer.as_bytes()[1] - b'0')].push(s);
                 }
                 handed += done.len();
-                let recount = inbox.iter().filter(|(_, e)| matches!(e.item, Item::Mail { .. })).count();
+                let recount = inbox.iter().filter(|(_, _, e)| matches!(e.item, Item::Mail { .. })).count();
                 prop_assert_eq!(inbox.mails(), recount);
             }
             prop_assert!(inbox.is_empty());
