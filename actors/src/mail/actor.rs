@@ -234,6 +234,11 @@ impl MailState {
             Ok(env) => env,
             Err(why) => {
                 let e = match why {
+                    // Only answers are refused as duplicates, and nobody waits on those.
+                    Unqueued::Duplicate => {
+                        tracing::debug!(%peer, "that answer is already waiting in the outbox");
+                        return;
+                    }
                     Unqueued::NotAPeer => FleetError::not_found(
                         format!("host `{peer}`"),
                         "it is not a configured peer",

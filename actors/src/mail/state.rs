@@ -14,7 +14,7 @@
 //! says what a resolved received ticket tells its origin. Pure:
 //! the shell persists what this decides before acting on it. Must never do I/O.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +26,8 @@ pub const MAX_BATCH: usize = 256;
 /// A batch stops growing once its bodies reach this many bytes (a link frame is at most 1 MiB).
 pub const MAX_BATCH_BYTES: usize = 512 * 1024;
 /// At most this many messages wait in the outbox for one peer; more sends are refused until it
-/// drains (reports back to a peer are not counted: they are bounded by the tickets received).
+/// drains (reports back to a peer are not counted: they are bounded by the tickets received,
+/// and an answer already waiting is not queued again, `Unqueued::Duplicate`).
 pub const MAX_OUTBOX: usize = 10_000;
 /// At most this many received messages are held for the lead (no live primary yet); a peer's
 /// further mail is left in its outbox until the lead takes some (backpressure, not loss).
@@ -38,6 +39,8 @@ pub enum Unqueued {
     NotAPeer,
     /// The peer's outbox holds `MAX_OUTBOX` messages.
     Full,
+    /// The same answer is already waiting in the peer's outbox.
+    Duplicate,
 }
 
 /// One unit of lead-to-lead traffic, numbered per (sending host, receiving host).
@@ -97,11 +100,14 @@ pub enum Effect {
 }
 
 /// An outbox's queue, counting the mail in it as it changes (the bound is checked on every
-/// send, so it must not walk up to `MAX_OUTBOX` envelopes each time).
+/// send, so it must not walk up to `MAX_OUTBOX` envelopes each time), and indexing the answers
+/// in it by ticket (so the same answer is never queued twice).
 #[derive(Clone, Debug, Default)]
 struct Queue {
     envs: VecDeque<Envelope>,
     mails: usize,
+    /// The last answer queued for each ticket, with its envelope's seq.
+    answers: HashMap<TicketId, (u64, RemoteUpdate)>,
 }
 
 impl Queue {
@@ -109,20 +115,52 @@ impl Queue {
         matches!(e.item, Item::Mail { .. })
     }
 
+    fn answer(e: &Envelope) -> Option<(TicketId, &RemoteUpdate)> {
+        match &e.item {
+            Item::Update {
+                ticket,
+                update: u @ RemoteUpdate::Answer { .. },
+            } => Some((*ticket, u)),
+            _ => None,
+        }
+    }
+
+    /// Whether `item` is an answer already waiting here.
+    fn holds_answer(&self, item: &Item) -> bool {
+        match item {
+            Item::Update {
+                ticket,
+                update: u @ RemoteUpdate::Answer { .. },
+            } => self.answers.get(ticket).is_some_and(|(_, a)| a == u),
+            _ => false,
+        }
+    }
+
     fn push_back(&mut self, e: Envelope) {
         self.mails += usize::from(Self::is_mail(&e));
+        if let Some((t, u)) = Self::answer(&e) {
+            self.answers.insert(t, (e.seq, u.clone()));
+        }
         self.envs.push_back(e);
     }
 
     fn pop_front(&mut self) -> Option<Envelope> {
         let e = self.envs.pop_front()?;
         self.mails -= usize::from(Self::is_mail(&e));
+        if let Some((t, _)) = Self::answer(&e)
+            && self.answers.get(&t).is_some_and(|(seq, _)| *seq == e.seq)
+        {
+            self.answers.remove(&t);
+        }
         Some(e)
     }
 
     fn retain(&mut self, keep: impl Fn(&Envelope) -> bool) {
-        self.envs.retain(keep);
-        self.mails = self.envs.iter().filter(|e| Self::is_mail(e)).count();
+        let kept: Vec<Envelope> = std::mem::take(&mut self.envs)
+            .into_iter()
+            .filter(|e| keep(e))
+            .collect();
+        *self = kept.into();
     }
 }
 
@@ -263,6 +301,9 @@ impl Postbox {
         if matches!(item, Item::Mail { .. }) && o.pending.mails >= MAX_OUTBOX {
             return Err(Unqueued::Full);
         }
+        if o.pending.holds_answer(&item) {
+            return Err(Unqueued::Duplicate);
+        }
         let env = Envelope {
             seq: o.next_seq,
             item,
@@ -280,6 +321,20 @@ impl Postbox {
                 o.pending.mails,
                 o.pending.iter().filter(|e| Queue::is_mail(e)).count(),
             )
+        })
+    }
+
+    /// Whether the outbox's answer index is what its queue holds (the last answer per ticket).
+    #[cfg(test)]
+    fn answers_indexed(&self, peer: &str) -> bool {
+        self.out.get(peer).is_none_or(|o| {
+            let mut want = HashMap::new();
+            for e in o.pending.iter() {
+                if let Some((t, u)) = Queue::answer(e) {
+                    want.insert(t, (e.seq, u.clone()));
+                }
+            }
+            want == o.pending.answers
         })
     }
 
@@ -924,6 +979,39 @@ mod tests {
         }
     }
 
+    /// A replied answer, or a transcript tail.
+    fn answer(replied: bool) -> RemoteUpdate {
+        RemoteUpdate::Answer {
+            state: if replied {
+                TicketState::Replied
+            } else {
+                TicketState::Tail
+            },
+            text: Some("done".into()),
+            note: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_waits_in_the_outbox_once() {
+        let mut p = postbox();
+        let item = |replied| Item::Update {
+            ticket: TicketId(4),
+            update: answer(replied),
+        };
+        let first = put(&mut p, "beta", item(false)).unwrap();
+        // Queued again (a resync after a restart) while it waits: refused as a duplicate.
+        assert_eq!(p.enqueue("beta", item(false)), Err(Unqueued::Duplicate));
+        // The ticket's answer changed (a reply after the tail): that is news.
+        let second = put(&mut p, "beta", item(true)).unwrap();
+        assert_eq!(p.enqueue("beta", item(true)), Err(Unqueued::Duplicate));
+        // Once beta holds them, the same answer may be queued again.
+        p.link("beta", true, 0);
+        p.acked("beta", second.seq.max(first.seq), 0);
+        assert!(p.answers_indexed("beta"));
+        assert!(p.enqueue("beta", item(true)).is_ok());
+    }
+
     fn report(t: u64) -> Item {
         Item::Update {
             ticket: TicketId(t),
@@ -1260,6 +1348,14 @@ mod tests {
                         }).unwrap();
                         reports += 1;
                     }
+                    // An answer (of few tickets, two kinds: duplicates and changes happen).
+                    5 => {
+                        let update = answer(x % 4 == 1);
+                        match tx.enqueue("beta", Item::Update { ticket: TicketId(u64::from(x % 3)), update }) {
+                            Ok(_) => reports += 1,
+                            Err(e) => prop_assert_eq!(e, Unqueued::Duplicate),
+                        }
+                    }
                     _ => {
                         let fx = tx.link("beta", x % 3 != 0, now);
                         push(fx, &mut wire, &committed);
@@ -1267,6 +1363,7 @@ mod tests {
                 }
                 let (counted, recounted) = tx.mails_counted("beta");
                 prop_assert_eq!(counted, recounted);
+                prop_assert!(tx.answers_indexed("beta"));
             }
             // The last group fails; heal and drain.
             tx.rollback("beta");
