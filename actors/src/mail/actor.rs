@@ -312,6 +312,64 @@ impl MailState {
         });
     }
 
+    /// A peer delivered a batch: store what is new with the new mark, then answer with the
+    /// mark and hand on what arrived. A batch that changes nothing (a retry of what is held, or
+    /// mail with no room left) is answered without a commit.
+    async fn received(
+        &mut self,
+        peer: String,
+        epoch: u64,
+        envelopes: Vec<Envelope>,
+        reply: RpcReplyPort<Result<u64, FleetError>>,
+    ) {
+        let r = self
+            .core
+            .receive(&peer, epoch, envelopes, self.inbox.room());
+        if r.changes_nothing() {
+            let _ = reply.send(Ok(r.upto));
+            return;
+        }
+        if r.reset {
+            tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
+        }
+        let first = self.inbox.next_arrival();
+        let numbered: Vec<(String, u64, Envelope)> = (first..)
+            .zip(&r.accepted)
+            .map(|(arrival, e)| (peer.clone(), arrival, e.clone()))
+            .collect();
+        let b = Batch {
+            mail_in: numbered,
+            mail_meta: vec![
+                (format!("mark:{peer}"), r.upto),
+                (format!("mark_epoch:{peer}"), r.epoch),
+            ],
+            ..Default::default()
+        };
+        match self
+            .ctx
+            .store
+            .run(move |s| s.commit(&b).map(|()| b.mail_in))
+            .await
+        {
+            Ok(numbered) => {
+                self.core.commit(&peer, &r);
+                let n = numbered.len();
+                for (peer, arrival, e) in numbered {
+                    self.inbox.push(peer, arrival, e);
+                }
+                // Held mail shows before the sender hears it is here.
+                self.publish();
+                let _ = reply.send(Ok(r.upto));
+                if n > 0 && self.hand_on().await {
+                    self.publish();
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
     /// A group commit ended: on success the envelopes may go out and their senders are
     /// answered; on failure everything not stored is taken back (what queued behind it too, so
     /// numbering has no gap) and its senders are told.
@@ -590,46 +648,7 @@ impl Actor for MailActor {
                 envelopes,
                 reply,
             } => {
-                let r = st.core.receive(&peer, epoch, envelopes, st.inbox.room());
-                if r.reset {
-                    tracing::warn!(%peer, epoch, "the peer's mail state is new (a new state dir?); its sequence numbers start over");
-                }
-                let first = st.inbox.next_arrival();
-                let numbered: Vec<(String, u64, Envelope)> = (first..)
-                    .zip(&r.accepted)
-                    .map(|(arrival, e)| (peer.clone(), arrival, e.clone()))
-                    .collect();
-                let b = Batch {
-                    mail_in: numbered,
-                    mail_meta: vec![
-                        (format!("mark:{peer}"), r.upto),
-                        (format!("mark_epoch:{peer}"), r.epoch),
-                    ],
-                    ..Default::default()
-                };
-                match st
-                    .ctx
-                    .store
-                    .run(move |s| s.commit(&b).map(|()| b.mail_in))
-                    .await
-                {
-                    Ok(numbered) => {
-                        st.core.commit(&peer, &r);
-                        let n = numbered.len();
-                        for (peer, arrival, e) in numbered {
-                            st.inbox.push(peer, arrival, e);
-                        }
-                        // Held mail shows before the sender hears it is here.
-                        st.publish();
-                        let _ = reply.send(Ok(r.upto));
-                        if n > 0 && st.hand_on().await {
-                            st.publish();
-                        }
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                st.received(peer, epoch, envelopes, reply).await;
             }
             MailMsg::Sent { peer, result } => {
                 let fx = match result {

@@ -262,14 +262,6 @@ impl Postbox {
         }
     }
 
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    pub fn knows(&self, peer: &str) -> bool {
-        self.out.contains_key(peer)
-    }
-
     /// The earliest retry that is waiting for its time.
     pub fn next_due(&self) -> Option<Millis> {
         self.out
@@ -339,7 +331,8 @@ impl Postbox {
     }
 
     /// The sequence number the next envelope for `peer` will get.
-    pub fn next_seq(&self, peer: &str) -> u64 {
+    #[cfg(test)]
+    fn next_seq(&self, peer: &str) -> u64 {
         self.out.get(peer).map_or(1, |o| o.next_seq)
     }
 
@@ -511,6 +504,13 @@ impl Postbox {
     /// The shell persisted a received batch.
     pub fn commit(&mut self, peer: &str, r: &Received) {
         self.marks.insert(peer.to_string(), (r.epoch, r.upto));
+    }
+}
+
+impl Received {
+    /// Nothing new and the same epoch: the mark stands, there is nothing to store.
+    pub fn changes_nothing(&self) -> bool {
+        self.accepted.is_empty() && !self.reset
     }
 }
 
@@ -1040,6 +1040,8 @@ mod tests {
         // And from then on it is an ordinary mark: the same batch again is a duplicate.
         let again = take(&mut fresh, envelopes);
         assert_eq!((again.upto, again.accepted.len()), (6, 0));
+        // ... which changes nothing to store, where the first did.
+        assert!(again.changes_nothing() && !r.changes_nothing());
     }
 
     #[test]
