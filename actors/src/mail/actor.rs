@@ -21,12 +21,12 @@ use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
 use crate::mail::state::{
-    Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of,
+    Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of, report_of,
 };
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::{Origin, RemoteUpdate, Ticket};
-use crate::types::{Millis, Party, Role, TicketId};
+use crate::types::{Millis, Role, TicketId};
 
 /// Sends one batch to a peer and returns the peer's high-water mark; provided by the binary
 /// (over the QUIC link).
@@ -529,25 +529,8 @@ impl Actor for MailActor {
                 let msg = match rx.recv().await {
                     Ok(ev) => match ev.kind {
                         EventKind::Link { peer, up, .. } => Some(MailMsg::Link { peer, up }),
-                        EventKind::Receipt {
-                            from: Party::Remote { .. },
-                            ticket: Some(ticket),
-                            state,
-                            note,
-                            ..
-                        } => Some(MailMsg::Report {
-                            ticket,
-                            update: Some(RemoteUpdate::Receipt { state, note }),
-                        }),
-                        EventKind::Ticket {
-                            from: Party::Remote { .. },
-                            ticket,
-                            state,
-                            ..
-                        } if state.is_resolved() => Some(MailMsg::Report {
-                            ticket,
-                            update: None,
-                        }),
+                        EventKind::Receipt { .. } | EventKind::Ticket { .. } => report_of(&ev.kind)
+                            .map(|(ticket, update)| MailMsg::Report { ticket, update }),
                         EventKind::Spawned {
                             role: Role::Primary,
                             ..

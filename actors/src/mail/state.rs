@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::events::EventKind;
 use crate::tickets::state::{RemoteUpdate, Ticket, TicketState};
-use crate::types::{MemberName, Millis, TicketId};
+use crate::types::{MemberName, Millis, Party, TicketId};
 
 /// At most this many envelopes in one batch.
 pub const MAX_BATCH: usize = 256;
@@ -710,6 +711,34 @@ impl Round {
     }
 }
 
+/// Which event on this host is news for another host: a receipt for mail it sent (reported as
+/// is), or the resolution of a ticket it opened here (reported as the ticket's answer, looked up
+/// with `answer_of`: `None` here). Everything else stays here.
+pub fn report_of(ev: &EventKind) -> Option<(TicketId, Option<RemoteUpdate>)> {
+    match ev {
+        EventKind::Receipt {
+            from: Party::Remote { .. },
+            ticket: Some(ticket),
+            state,
+            note,
+            ..
+        } => Some((
+            *ticket,
+            Some(RemoteUpdate::Receipt {
+                state: *state,
+                note: note.clone(),
+            }),
+        )),
+        EventKind::Ticket {
+            from: Party::Remote { .. },
+            ticket,
+            state,
+            ..
+        } if state.is_resolved() => Some((*ticket, None)),
+        _ => None,
+    }
+}
+
 /// What a resolved ticket received from another host tells its origin: its state, with the
 /// reply's (or the transcript tail's) text. `None` while it is open.
 pub fn answer_of(t: &Ticket) -> Option<RemoteUpdate> {
@@ -990,6 +1019,46 @@ mod tests {
             text: Some("done".into()),
             note: None,
         }
+    }
+
+    #[test]
+    fn only_news_for_another_host_is_reported_back() {
+        use crate::injector::state::ReceiptState;
+        use crate::tickets::state::TicketKind;
+        let remote: Party = serde_json::from_str("\"lead@beta\"").unwrap();
+        let local = Party::Member(MemberName::new("w1").unwrap());
+        let receipt = |from: &Party| EventKind::Receipt {
+            msg: crate::types::MsgId(1),
+            target: MemberName::new("lead").unwrap(),
+            from: from.clone(),
+            ticket: Some(TicketId(5)),
+            state: ReceiptState::Delivered,
+            note: None,
+        };
+        let ticket = |from: &Party, state| EventKind::Ticket {
+            ticket: TicketId(6),
+            kind: TicketKind::Send,
+            from: from.clone(),
+            to: MemberName::new("lead").unwrap(),
+            state,
+        };
+        assert_eq!(
+            report_of(&receipt(&remote)),
+            Some((
+                TicketId(5),
+                Some(RemoteUpdate::Receipt {
+                    state: ReceiptState::Delivered,
+                    note: None
+                })
+            ))
+        );
+        assert_eq!(report_of(&receipt(&local)), None);
+        assert_eq!(
+            report_of(&ticket(&remote, TicketState::Replied)),
+            Some((TicketId(6), None))
+        );
+        assert_eq!(report_of(&ticket(&remote, TicketState::Open)), None);
+        assert_eq!(report_of(&ticket(&local, TicketState::Replied)), None);
     }
 
     #[test]
