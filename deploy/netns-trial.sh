@@ -40,7 +40,11 @@ up() {
     ip -n "$PREFIX-$h" link set dev "$PREFIX-$h-0" up
     ip -n "$PREFIX-$h" link set dev lo up
     mkdir -p "$WORK/$h"
-    "$FLEETD" keygen --out "$WORK/$h/host.key" > "$WORK/$h/host.key.txt"
+    # A second `up` keeps each host's identity (fleetd never overwrites a host key).
+    if [[ ! -f "$WORK/$h/host.key" || ! -s "$WORK/$h/host.key.txt" ]]; then
+      rm -f "$WORK/$h/host.key" "$WORK/$h/host.key.txt"
+      "$FLEETD" keygen --out "$WORK/$h/host.key" > "$WORK/$h/host.key.txt"
+    fi
   done
   for h in "${HOSTS[@]}"; do
     {
