@@ -320,6 +320,7 @@ fn durability_baselines(
             delivered_at: None,
             settled_at: None,
             note: None,
+            altered: None,
         };
         let t = Instant::now();
         let mut delivered = m.clone();

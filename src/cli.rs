@@ -14,6 +14,18 @@ use serde_json::{Value, json};
 
 use crate::client::{Client, ClientError};
 
+/// Human output. Member text (names aside, everything an agent wrote: replies, notes, exit
+/// reasons, screens) never reaches the operator's terminal as control sequences: it is shown
+/// through [`fleetd_actors::sanitize::for_display`]. `--json` output stays exact.
+macro_rules! say {
+    () => {
+        println!()
+    };
+    ($($t:tt)*) => {
+        println!("{}", fleetd_actors::sanitize::for_display(&format!($($t)*)))
+    };
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "fleetd",
@@ -334,7 +346,7 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
             .enumerate()
             .map(|(i, c)| format!("{c:<width$}", width = w[i]))
             .collect();
-        println!("{}", s.join("  ").trim_end());
+        say!("{}", s.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
     for r in rows {
@@ -391,12 +403,12 @@ fn print_members(v: &Value) {
         })
         .collect();
     if !slots.is_empty() {
-        println!();
+        say!();
         table(&["SLOT", "STATE", "MEMBER", "WAITING"], slots);
     }
     if let Some(c) = v.get("coordinator") {
-        println!();
-        println!(
+        say!();
+        say!(
             "coordinator {}: mailbox {} ({} held)",
             s(&c["coord_id"]),
             s(&c["mailbox"]["state"]),
@@ -638,7 +650,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                println!(
+                say!(
                     "spawned {} ({}) pid {} charter sha256 {}",
                     s(&v["name"]),
                     s(&v["role"]),
@@ -663,7 +675,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        println!(
+                        say!(
                             "{} ({}{})",
                             s(&v["name"]),
                             s(&v["role"]),
@@ -672,7 +684,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 .map(|x| format!(", slot {x}"))
                                 .unwrap_or_default()
                         );
-                        println!(
+                        say!(
                             "  status     {} for {}{}",
                             s(&v["status"]),
                             ago(v["status_since"].as_u64()),
@@ -682,11 +694,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 ""
                             }
                         );
-                        println!("  parent     {}", s(&v["parent"]));
-                        println!("  pid        {}", s(&v["pid"]));
-                        println!("  profile    {}", s(&v["profile"]));
-                        println!("  charter    sha256 {}", s(&v["charter_sha256"]));
-                        println!(
+                        say!("  parent     {}", s(&v["parent"]));
+                        say!("  pid        {}", s(&v["pid"]));
+                        say!("  profile    {}", s(&v["profile"]));
+                        say!("  charter    sha256 {}", s(&v["charter_sha256"]));
+                        say!(
                             "  queue      {} waiting{}",
                             v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
                             if v["queue"]["stalled"] == true {
@@ -695,7 +707,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 ""
                             }
                         );
-                        println!(
+                        say!(
                             "  owes       {}",
                             v["owes"]
                                 .as_array()
@@ -703,7 +715,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 .unwrap_or_default()
                         );
                         if let Some(r) = v["exit"]["reason"].as_str() {
-                            println!("  exit       {r}");
+                            say!("  exit       {r}");
                         }
                     }
                 }
@@ -712,15 +724,15 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        println!(
+                        say!(
                             "fleetd {} on {} (pid {}), up {}",
                             s(&v["version"]),
                             s(&v["host"]),
                             s(&v["pid"]),
                             ago(v["started_at"].as_u64())
                         );
-                        println!("  state dir  {}", s(&v["state_dir"]));
-                        println!(
+                        say!("  state dir  {}", s(&v["state_dir"]));
+                        say!(
                             "  members    {}",
                             v["members"]
                                 .as_object()
@@ -731,17 +743,17 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                     .join(", "))
                                 .unwrap_or_default()
                         );
-                        println!("  tickets    {} open", s(&v["open_tickets"]));
+                        say!("  tickets    {} open", s(&v["open_tickets"]));
                         let restarts: u64 = v["children"]
                             .as_array()
                             .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
                             .unwrap_or(0);
-                        println!(
+                        say!(
                             "  actors     {} supervised, {restarts} restarts",
                             v["children"].as_array().map_or(0, |a| a.len())
                         );
-                        println!("  public key {}", s(&v["public_key"]));
-                        println!(
+                        say!("  public key {}", s(&v["public_key"]));
+                        say!(
                             "  ledger     {} entries{}; verifier key {}",
                             s(&v["ledger"]["entries"]),
                             v["ledger"]["broken"]
@@ -750,9 +762,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 .unwrap_or_default(),
                             s(&v["ledger_vkey"])
                         );
-                        println!("  witness    cosigner key {}", s(&v["witness_vkey"]));
+                        say!("  witness    cosigner key {}", s(&v["witness_vkey"]));
                         let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
-                        println!(
+                        say!(
                             "  decisions  {} open{}",
                             open.len(),
                             open.iter()
@@ -767,7 +779,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                                 .collect::<String>()
                         );
                         if let Some(e) = v["escalation"].as_str() {
-                            println!("  ESCALATED  {e}");
+                            say!("  ESCALATED  {e}");
                         }
                     }
                 }
@@ -789,7 +801,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 print_json(&v);
             } else {
                 let t = &v["ticket"];
-                println!(
+                say!(
                     "{} to {}: {} (receipt {})",
                     s(&t["id"]),
                     s(&t["to"]),
@@ -797,7 +809,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     s(&t["receipt"]["state"])
                 );
                 if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
-                    println!("{r}");
+                    say!("{r}");
                 }
             }
         }
@@ -816,7 +828,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                println!("replied to {}", s(&v["id"]))
+                say!("replied to {}", s(&v["id"]))
             }
         }
         Cmd::Stop { name, drain, json } => {
@@ -830,7 +842,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                println!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
+                say!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
             }
         }
         Cmd::Attach { name } => attach(&client(&sd)?, &name).await?,
@@ -839,7 +851,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .get_text(&format!("/members/{name}/screen"))
                 .await
                 .map_err(api)?;
-            println!("{t}");
+            say!("{t}");
         }
         Cmd::Tickets { id, json } => {
             let c = client(&sd)?;
@@ -871,7 +883,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post(&format!("/tickets/{ticket}/ack"), &json!({}))
                 .await
                 .map_err(api)?;
-            println!("acknowledged {ticket}");
+            say!("acknowledged {ticket}");
         }
         Cmd::Events { since, count, json } => {
             let mut st = client(&sd)?.events(since).await.map_err(api)?;
@@ -902,7 +914,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post("/debug/fault", &json!({"target": target}))
                 .await
                 .map_err(api)?;
-            println!("fault injected into {target}");
+            say!("fault injected into {target}");
         }
         Cmd::Decision {
             cmd: DecisionCmd::List { json },
@@ -965,7 +977,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                println!(
+                say!(
                     "this host: {} (key {}), links {}",
                     s(&v["host"]),
                     s(&v["public_key"]),
@@ -1011,7 +1023,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                println!(
+                say!(
                     "reader {} (the live primary), heartbeat {} s, last pass {}",
                     s(&v["reader"]),
                     s(&v["heartbeat_secs"]),
@@ -1019,7 +1031,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 );
                 print_drift_reports(v["peers"].as_array().cloned().unwrap_or_default());
                 for a in v["alerts"].as_array().cloned().unwrap_or_default() {
-                    println!(
+                    say!(
                         "ALERT {} {}: {}",
                         s(&a["rule"]),
                         s(&a["peer"]),
@@ -1033,7 +1045,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post("/config/reload", &json!({}))
                 .await
                 .map_err(api)?;
-            println!("{}", s(&v["detail"]));
+            say!("{}", s(&v["detail"]));
         }
         Cmd::Serve { .. }
         | Cmd::Config { .. }
@@ -1053,15 +1065,15 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn print_decision(v: &Value) {
-    println!("{}  {}", s(&v["id"]), s(&v["subject"]));
-    println!(
+    say!("{}  {}", s(&v["id"]), s(&v["subject"]));
+    say!(
         "  opened by {} at {}; deadline {}; at most {} rounds",
         s(&v["opened_by"]),
         s(&v["opened_at"]),
         s(&v["deadline"]),
         s(&v["max_rounds"])
     );
-    println!(
+    say!(
         "  convened: {}",
         v["slots"]
             .as_array()
@@ -1069,7 +1081,7 @@ fn print_decision(v: &Value) {
             .unwrap_or_default()
     );
     for r in v["records"].as_array().cloned().unwrap_or_default() {
-        println!(
+        say!(
             "  round {} {:<5} ({}) {} at {} [#{}]:\n      {}",
             s(&r["round"]),
             s(&r["slot"]),
@@ -1081,7 +1093,7 @@ fn print_decision(v: &Value) {
         );
     }
     for r in v["refused"].as_array().cloned().unwrap_or_default() {
-        println!(
+        say!(
             "  REFUSED round {} from {} (slot {}): {}",
             s(&r["round"]),
             s(&r["member"]),
@@ -1090,7 +1102,7 @@ fn print_decision(v: &Value) {
         );
     }
     match v.get("closed").filter(|c| !c.is_null()) {
-        None => println!("  OPEN: missing {}", {
+        None => say!("  OPEN: missing {}", {
             let recorded: Vec<String> = v["records"]
                 .as_array()
                 .cloned()
@@ -1109,7 +1121,7 @@ fn print_decision(v: &Value) {
                 .join(", ")
         }),
         Some(c) => {
-            println!(
+            say!(
                 "  CLOSED {} by {} at {} [#{}]",
                 s(&c["outcome"]).to_uppercase(),
                 s(&c["by"]),
@@ -1117,7 +1129,7 @@ fn print_decision(v: &Value) {
                 s(&c["seq"])
             );
             for o in c["slots"].as_array().cloned().unwrap_or_default() {
-                println!(
+                say!(
                     "    {:<6} {}{}",
                     s(&o["slot"]),
                     s(&o["outcome"]),
@@ -1127,8 +1139,8 @@ fn print_decision(v: &Value) {
                         .unwrap_or_default()
                 );
             }
-            println!("  verdict:   {}", s(&c["verdict"]));
-            println!("  rationale: {}", s(&c["rationale"]));
+            say!("  verdict:   {}", s(&c["verdict"]));
+            say!("  rationale: {}", s(&c["rationale"]));
         }
     }
 }
@@ -1173,7 +1185,7 @@ pub fn ledger_verify(
             if json {
                 print_json(&serde_json::to_value(&r)?);
             } else {
-                println!(
+                say!(
                     "{}: {} entries, {} checkpoints ({}), head {}",
                     path.display(),
                     r.entries,
@@ -1186,7 +1198,7 @@ pub fn ledger_verify(
                     r.head
                 );
                 if !r.pending_checkpoints.is_empty() {
-                    println!(
+                    say!(
                         "note: checkpoints for entries {:?} are not written yet (a crash between an append and its checkpoint; the daemon writes them at start)",
                         r.pending_checkpoints
                     );
@@ -1207,7 +1219,7 @@ pub fn ledger_verify(
                 }
                 for w in mine {
                     match fleetd_actors::ledger::witness::check_against(&text, w) {
-                        Ok(what) => println!("witness {}: {what}", dir.display()),
+                        Ok(what) => say!("witness {}: {what}", dir.display()),
                         Err(why) => {
                             eprintln!("witness {}: {why}", dir.display());
                             witnessed_bad = true;
@@ -1306,7 +1318,7 @@ pub fn drift_check(
     let reports = gates::evaluate_all(&ix, Some(reader), &p);
     if json {
         for r in &reports {
-            println!("{}", serde_json::to_string(r)?);
+            say!("{}", serde_json::to_string(r)?);
         }
     } else {
         if keys.is_empty() {
@@ -1320,7 +1332,7 @@ pub fn drift_check(
         );
         for r in &reports {
             for a in &r.alerts {
-                println!("{}: {a}", r.peer);
+                say!("{}: {a}", r.peer);
             }
         }
     }
@@ -1375,7 +1387,7 @@ pub fn drift_append(
     let signed = line::sign(&nl, &signing);
     let path = kbmod::append(kb, identity, &kbmod::date_of(ts_ms), &signed)?;
     eprintln!("appended to {}", path.display());
-    println!("{signed}");
+    say!("{signed}");
     Ok(())
 }
 
@@ -1383,14 +1395,14 @@ pub fn drift_append(
 pub fn keygen(out: &Path) -> anyhow::Result<()> {
     let k = fleetd_actors::keys::generate();
     fleetd_actors::keys::save(out, &k).map_err(|e| anyhow::anyhow!("{e}"))?;
-    println!("{}", fleetd_actors::keys::public_text(&k.verifying_key()));
+    say!("{}", fleetd_actors::keys::public_text(&k.verifying_key()));
     Ok(())
 }
 
 /// `fleetd config check [FILE]`.
 pub fn config_check(file: Option<&Path>) -> anyhow::Result<()> {
     crate::daemon::load_config(file)?;
-    println!(
+    say!(
         "{}: ok",
         file.map(|f| f.display().to_string())
             .unwrap_or_else(|| "built-in default".into())

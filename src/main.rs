@@ -141,7 +141,11 @@ fn main() -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(code.clamp(1, 255) as u8),
         Err(e) => {
-            eprintln!("fleetd: {e:#}");
+            // A refusal can quote member text: shown, never interpreted by the terminal.
+            eprintln!(
+                "fleetd: {}",
+                fleetd_actors::sanitize::for_display(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }

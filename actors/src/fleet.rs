@@ -96,6 +96,9 @@ pub struct Receipt {
     pub delivered_at: Option<Millis>,
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
+    /// The text held characters that may not reach a terminal; they were shown visibly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub altered: Option<String>,
 }
 
 impl From<&Message> for Receipt {
@@ -108,6 +111,7 @@ impl From<&Message> for Receipt {
             delivered_at: m.delivered_at,
             settled_at: m.settled_at,
             note: m.note.clone(),
+            altered: m.altered.clone(),
         }
     }
 }
@@ -486,6 +490,7 @@ impl Fleet {
                 delivered_at: r.delivered_at,
                 settled_at: r.settled_at,
                 note: r.note.clone(),
+                altered: r.altered.clone(),
             });
             return TicketView { ticket: t, receipt };
         }
@@ -814,6 +819,7 @@ impl Fleet {
                     delivered_at: None,
                     settled_at: None,
                     note: None,
+                    altered: None,
                 };
                 match self.injector(to).await {
                     Some(i) => i
@@ -972,6 +978,7 @@ impl Fleet {
             delivered_at: None,
             settled_at: None,
             note: None,
+            altered: crate::sanitize::for_terminal(&message).1.describe(),
         };
         let lead = MemberName::new("lead")?;
         let ticket = self

@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod link;
 pub mod mail;
 pub mod registry;
+pub mod sanitize;
 pub mod slot;
 pub mod store;
 pub mod supervisor;

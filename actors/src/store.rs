@@ -500,6 +500,7 @@ mod tests {
             delivered_at: None,
             settled_at: None,
             note: None,
+            altered: None,
         };
         {
             let s = Store::open(&path).unwrap();

@@ -212,6 +212,7 @@ pub async fn notify_lead(ctx: &Arc<Ctx>, text: &str) {
         delivered_at: None,
         settled_at: None,
         note: None,
+        altered: None,
     };
     if let Err(e) = inj
         .call(

@@ -55,6 +55,10 @@ pub struct Message {
     /// When it became accepted, stalled or failed.
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
+    /// Set when the body held characters that may not reach a terminal as such (see
+    /// [`crate::sanitize`]): what was shown visibly instead. The stored body is the safe one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altered: Option<String>,
 }
 
 /// The text a message is delivered as: a one-line header naming the ticket and the sender,
@@ -233,6 +237,11 @@ impl Injector {
         }
         msg.state = ReceiptState::Queued;
         msg.queued_at = now;
+        let (body, alteration) = crate::sanitize::for_terminal(&msg.body);
+        if let Some(what) = alteration.describe() {
+            msg.body = body;
+            msg.altered = Some(what);
+        }
         let mut fx = vec![Effect::Save(msg.clone())];
         self.queue.push_back(msg);
         self.try_deliver(now, &mut fx);
@@ -387,6 +396,7 @@ mod tests {
             delivered_at: None,
             settled_at: None,
             note: None,
+            altered: None,
         }
     }
 
@@ -430,6 +440,23 @@ mod tests {
             ticket: Some(TicketId(1))
         }));
         assert_eq!(delivered(&fx), vec![2]);
+    }
+
+    #[test]
+    fn a_hostile_body_is_queued_safe_and_the_receipt_says_so() {
+        let mut i = inj(10);
+        let mut m = msg(1);
+        m.body = "hi\x1b[201~\rkill -9 $PPID\r".into();
+        let fx = i.enqueue(m, 0).unwrap();
+        let Effect::Save(saved) = &fx[0] else {
+            panic!("{fx:?}")
+        };
+        assert_eq!(saved.body, "hi^[[201~^Mkill -9 $PPID^M");
+        let note = saved.altered.as_deref().unwrap_or_default();
+        assert!(note.contains("3 control characters"), "{note}");
+        // Clean text is untouched and carries no note.
+        let fx = i.enqueue(msg(2), 0).unwrap();
+        assert!(matches!(&fx[0], Effect::Save(m) if m.altered.is_none() && m.body == "m2"));
     }
 
     #[test]

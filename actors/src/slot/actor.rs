@@ -466,15 +466,10 @@ impl Actor for SlotActor {
                 st.apply(fx);
             }
             SlotMsg::Paste { msg } => {
-                let text = delivery_text(&msg);
-                let mut bytes = Vec::with_capacity(text.len() + 16);
-                if st.core.bracketed_paste() {
-                    bytes.extend_from_slice(b"\x1b[200~");
-                    bytes.extend_from_slice(text.as_bytes());
-                    bytes.extend_from_slice(b"\x1b[201~");
-                } else {
-                    bytes.extend_from_slice(text.as_bytes());
-                }
+                let bytes = crate::sanitize::paste_bytes(
+                    &delivery_text(&msg),
+                    st.core.bracketed_paste(),
+                );
                 let result = match &st.input {
                     Some(i) => {
                         let r = i.send(TermInput::Bytes(bytes)).await;

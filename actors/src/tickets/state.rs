@@ -47,8 +47,24 @@ impl TicketState {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply {
+    /// The answer, made safe for a terminal (see [`crate::sanitize`]): agents' TUIs show it.
     pub text: String,
     pub at: Millis,
+    /// What [`crate::sanitize`] showed visibly instead of passing on, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altered: Option<String>,
+}
+
+impl Reply {
+    /// A reply, tail or remote answer as it is kept: neutralised, with a note if it changed.
+    pub fn new(text: String, at: Millis) -> Self {
+        let (text, alteration) = crate::sanitize::for_terminal(&text);
+        Reply {
+            text,
+            at,
+            altered: alteration.describe(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +111,10 @@ pub struct RemoteReceipt {
     pub delivered_at: Option<Millis>,
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
+    /// The receiving host pastes the text made safe (see [`crate::sanitize`]); this says what
+    /// it will show visibly instead of passing on, as the sender's own check found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altered: Option<String>,
 }
 
 /// Where a received lead-to-lead message came from.
@@ -321,7 +341,7 @@ impl Desk {
                     t.state = TicketState::Expired;
                     t.note = Some(format!("no reply from `{}` within the ticket TTL", t.to));
                 }
-                t.late.push(Reply { text, at: now });
+                t.late.push(Reply::new(text, now));
                 t.updated_at = now;
                 let e = FleetError::new(
                     ErrorKind::Late,
@@ -352,7 +372,7 @@ impl Desk {
             TicketState::Open | TicketState::Tail | TicketState::Expired => {}
         }
         t.state = TicketState::Replied;
-        t.reply = Some(Reply { text, at: now });
+        t.reply = Some(Reply::new(text, now));
         t.updated_at = now;
         t.acked = false;
         let t = t.clone();
@@ -368,10 +388,7 @@ impl Desk {
             && t.state == TicketState::Open
         {
             t.state = TicketState::Tail;
-            t.tail = Some(Reply {
-                text: tail,
-                at: now,
-            });
+            t.tail = Some(Reply::new(tail, now));
             t.note = Some(format!(
                 "`{}` finished its turn without a structured fleet_reply; the transcript tail follows",
                 t.to
@@ -437,7 +454,7 @@ impl Desk {
             }
             RemoteUpdate::Answer { state, text, note } => {
                 if t.state == TicketState::Open && state.is_resolved() {
-                    let reply = text.map(|text| Reply { text, at: now });
+                    let reply = text.map(|text| Reply::new(text, now));
                     match state {
                         TicketState::Replied => t.reply = reply,
                         TicketState::Tail => t.tail = reply,
