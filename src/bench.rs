@@ -347,7 +347,7 @@ async fn send_to_pty(
     let exe = std::env::current_exe()?.display().to_string();
     let (_, mut ev) = fleet.ctx.events.subscribe(u64::MAX);
     let _: Value = client
-        .post("/members", &json!({"role": "worker", "name": "sink", "command": [exe, "sim-agent", "--script", "sink"]}))
+        .post("/members", &json!({"role": "worker", "name": "sink", "profile": "sim", "command": [exe, "sim-agent", "--script", "sink"]}))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     wait_idle(&mut ev, "sink", None)

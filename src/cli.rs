@@ -51,19 +51,40 @@ pub enum Cmd {
     },
     /// Run a command as a member (the operator's way to start the lead).
     Spawn {
-        #[arg(long)]
-        role: String,
-        #[arg(long)]
-        name: String,
+        /// primary (the lead; one at a time), architect or worker.
+        #[arg(long, required_unless_present = "resume", value_parser = ["primary", "architect", "worker"])]
+        role: Option<String>,
+        /// The member's name: 1-32 of A-Z a-z 0-9 . _ -
+        #[arg(long, required_unless_present = "resume")]
+        name: Option<String>,
+        /// For an architect: the configured architect slot it binds.
         #[arg(long)]
         slot: Option<String>,
+        /// The agent profile: claude, codex, gemini, opencode (wired with the fleet tools, the
+        /// status hooks and the charter; `fleetd agents` shows them), sim or shell. Without it a
+        /// command runs with the `generic` profile.
         #[arg(long)]
         profile: Option<String>,
+        /// Restart this exited member with its conversation (same name, role, slot, charter).
+        #[arg(long, conflicts_with_all = ["role", "name", "slot", "profile", "command"])]
+        resume: Option<String>,
+        /// Give the member its own git worktree and branch under the state dir (removed at
+        /// its exit unless it holds commits or changes).
+        #[arg(long)]
+        worktree: bool,
+        /// Print the daemon's JSON answer.
         #[arg(long)]
         json: bool,
         /// The command; without it, the profile's.
         #[arg(last = true)]
         command: Vec<String>,
+    },
+    /// The agent profiles: whether each CLI is installed, its version, and whether that version
+    /// is one the profile was verified against.
+    Agents {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List members and architect slots.
     List {
@@ -141,8 +162,18 @@ pub enum Cmd {
     },
     /// Report this member's status from an agent hook (wins over screen rules).
     Signal {
-        #[arg(value_parser = ["idle", "blocked", "working"])]
-        status: String,
+        /// The state (working, idle, permission, question, exited; blocked = permission), or
+        /// with --hook the hook's JSON payload when the CLI passes it as an argument (Codex's
+        /// notify); without it the payload is read from stdin.
+        arg: Option<String>,
+        /// Report what an agent CLI's hook payload means (Claude Code, Gemini CLI, Codex's
+        /// notify, fleetd's opencode plugin). Never fails the hook: problems go to stderr.
+        #[arg(long)]
+        hook: bool,
+        /// With --hook: at a SessionStart, answer with this file as the session's additional
+        /// context (how Gemini CLI members get their charter).
+        #[arg(long, requires = "hook")]
+        context: Option<PathBuf>,
     },
     /// The MCP server an agent's MCP config launches (stdio; forwards to the daemon).
     Mcp {
@@ -417,6 +448,52 @@ fn print_members(v: &Value) {
     }
 }
 
+fn print_agents(v: &Value) {
+    let rows = v
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|a| {
+            vec![
+                s(&a["profile"]),
+                s(&a["agent"]),
+                s(&a["command"]),
+                a["path"].as_str().unwrap_or("not installed").to_string(),
+                s(&a["version"]),
+                match a["verified"].as_bool() {
+                    Some(true) => "yes".into(),
+                    Some(false) => format!("no (verified: {})", s(&a["verified_versions"])),
+                    None => "-".into(),
+                },
+            ]
+        })
+        .collect();
+    table(
+        &["PROFILE", "AGENT", "COMMAND", "PATH", "VERSION", "VERIFIED"],
+        rows,
+    );
+}
+
+/// A hook's payload on stdin: bounded (1 MiB), and an error rather than a wait if it never
+/// ends (stdin is a terminal).
+async fn read_hook_stdin() -> anyhow::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let limit = 1 << 20;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::io::stdin().take(limit + 1).read_to_end(&mut buf),
+    )
+    .await
+    .context("no hook payload on stdin within 2 s (pass it as an argument, or pipe it)")??;
+    anyhow::ensure!(
+        buf.len() as u64 <= limit,
+        "the hook payload is over {limit} bytes"
+    );
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 fn print_tickets(v: &Value) {
     let rows = v
         .as_array()
@@ -638,25 +715,35 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             name,
             slot,
             profile,
+            resume,
+            worktree,
             json,
             command,
         } => {
             let cwd = std::env::current_dir()
                 .ok()
                 .map(|p| p.display().to_string());
-            let body = json!({"role": role, "name": name, "slot": slot, "profile": profile,
-                "command": if command.is_empty() { Value::Null } else { json!(command) }, "cwd": cwd});
+            let body = match resume {
+                Some(r) => json!({"resume": r, "worktree": worktree}),
+                None => json!({"role": role, "name": name, "slot": slot, "profile": profile,
+                    "command": if command.is_empty() { Value::Null } else { json!(command) },
+                    "cwd": cwd, "worktree": worktree}),
+            };
             let v: Value = client(&sd)?.post("/members", &body).await.map_err(api)?;
             if json {
                 print_json(&v);
             } else {
                 say!(
-                    "spawned {} ({}) pid {} charter sha256 {}",
+                    "spawned {} ({}, profile {}) pid {} charter sha256 {}",
                     s(&v["name"]),
                     s(&v["role"]),
+                    s(&v["profile"]),
                     s(&v["pid"]),
                     s(&v["charter_sha256"])
                 );
+                for n in v["notes"].as_array().cloned().unwrap_or_default() {
+                    say!("  {}", s(&n));
+                }
             }
         }
         Cmd::List { json } => {
@@ -903,11 +990,85 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Cmd::Signal { status } => {
+        Cmd::Signal {
+            arg, hook: false, ..
+        } => {
+            let Some(state) = arg else {
+                anyhow::bail!(
+                    "fleetd signal needs a state: {}",
+                    fleetd_actors::hooks::STATES
+                );
+            };
             let _: Value = client(&sd)?
-                .post("/signal", &json!({"status": status}))
+                .post("/signal", &json!({"status": state}))
                 .await
                 .map_err(api)?;
+        }
+        Cmd::Signal {
+            arg,
+            hook: true,
+            context,
+        } => {
+            // An agent waits for its hook: bounded, and never a failure it would act on. Its
+            // stdout goes to the model (Claude Code) or is parsed (Gemini CLI): nothing is
+            // printed there but the context asked for.
+            let sent = tokio::time::timeout(Duration::from_secs(5), async {
+                let payload = match arg {
+                    Some(a) => a,
+                    None => read_hook_stdin().await?,
+                };
+                let v: Value =
+                    serde_json::from_str(&payload).context("the hook payload is not JSON")?;
+                let starts = v["hook_event_name"] == "SessionStart";
+                let _: Value = client(&sd)?
+                    .post("/signal", &json!({"hook": v}))
+                    .await
+                    .map_err(api)?;
+                if let (Some(file), true) = (context, starts) {
+                    let text = std::fs::read(&file)
+                        .with_context(|| format!("the context file {}", file.display()))?;
+                    anyhow::ensure!(text.len() <= 1 << 20, "{} is over 1 MiB", file.display());
+                    let out = json!({"hookSpecificOutput": {
+                        "hookEventName": "SessionStart",
+                        "additionalContext": String::from_utf8_lossy(&text),
+                    }});
+                    println!("{out}");
+                }
+                anyhow::Ok(())
+            })
+            .await;
+            match sent {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!(
+                    "fleetd signal --hook: {}",
+                    fleetd_actors::sanitize::for_display(&format!("{e:#}"))
+                ),
+                Err(_) => eprintln!("fleetd signal --hook: the daemon did not answer within 5 s"),
+            }
+        }
+        Cmd::Agents { json } => {
+            // The daemon's view (its config, its PATH), or, with no daemon, this shell's with
+            // the built-in profiles.
+            let remote = match client(&sd) {
+                Ok(c) => c.get::<Value>("/agents").await.ok(),
+                Err(_) => None,
+            };
+            let v = match remote {
+                Some(v) => v,
+                None => {
+                    eprintln!(
+                        "(no daemon answered: the built-in profiles, checked on this shell's PATH)"
+                    );
+                    serde_json::to_value(
+                        crate::doctor::check(&fleetd_actors::config::Config::default()).await,
+                    )?
+                }
+            };
+            if json {
+                print_json(&v);
+            } else {
+                print_agents(&v);
+            }
         }
         Cmd::Fault { target } => {
             let _: Value = client(&sd)?

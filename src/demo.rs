@@ -127,7 +127,7 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
         let _: Value = client
             .post(
                 "/members",
-                &json!({"role": "primary", "name": "lead",
+                &json!({"role": "primary", "name": "lead", "profile": "sim",
                     "command": [exe.display().to_string(), "sim-agent", "--script", "lead", "--work-ms", work_ms.to_string()]}),
             )
             .await?;

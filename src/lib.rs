@@ -12,6 +12,7 @@ pub mod client;
 pub mod codec;
 pub mod daemon;
 pub mod demo;
+pub mod doctor;
 pub mod identity;
 pub mod link;
 pub mod mcp;

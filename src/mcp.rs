@@ -18,7 +18,7 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::{
@@ -74,16 +74,26 @@ fn done<T: Serialize>(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnArgs {
-    /// primary, architect or worker.
+    /// primary, architect or worker (not with resume).
+    #[serde(default)]
     pub role: String,
-    /// The new member's name: 1-32 of A-Z a-z 0-9 . _ -.
+    /// The new member's name: 1-32 of A-Z a-z 0-9 . _ -. (not with resume).
+    #[serde(default)]
     pub name: String,
     /// For an architect: the configured architect slot to bind (e.g. opus, sol).
     pub slot: Option<String>,
-    /// The agent profile (e.g. sim, claude, codex); defaults to the slot's or `sim`.
+    /// The agent profile: claude, codex, gemini, opencode (wired with the fleet tools, status
+    /// hooks and the charter), or sim/shell; an architect defaults to its slot's. Required
+    /// unless a command is given (which then runs with the `generic` profile).
     pub profile: Option<String>,
     /// The command to run instead of the profile's, as an argv list.
     pub command: Option<Vec<String>>,
+    /// Restart this exited member with its conversation (same name, role, slot, charter).
+    pub resume: Option<String>,
+    /// Give the member its own git worktree and branch (removed at its exit unless it holds
+    /// work). Default false.
+    #[serde(default)]
+    pub worktree: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -257,11 +267,23 @@ impl FleetTools {
                     profile: a.profile,
                     command: a.command,
                     cwd,
+                    resume: a.resume,
+                    worktree: a.worktree,
                 },
             )
             .await;
-        done(r, |m| {
-            format!("spawned `{}` as {} (pid {:?})", m.name, m.role, m.pid)
+        done(r, |v| {
+            let m = &v.member;
+            let pid = m.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+            let mut s = format!(
+                "spawned `{}` as {} with profile {} (pid {pid})",
+                m.name, m.role, m.profile
+            );
+            for n in &v.notes {
+                s.push_str("\n- ");
+                s.push_str(n);
+            }
+            s
         })
     }
 
@@ -509,6 +531,28 @@ impl ServerHandler for FleetTools {
     fn get_info(&self) -> ServerConfig {
         server_config()
     }
+
+    /// As the macro would list them, and a member that lists them is ready for its first
+    /// message (its agent's first turn will have the fleet tools).
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let hints = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let c = self.caller();
+        self.fleet.tools_listed(&c).await;
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools: self.tool_router.list_all(),
+            meta: None,
+            next_cursor: None,
+            ttl_ms: hints.then_some(0),
+            cache_scope: hints.then_some(rmcp::model::CacheScope::Public),
+        })
+    }
 }
 
 fn server_config() -> ServerConfig {
@@ -656,7 +700,12 @@ impl ServerHandler for Shim {
         for attempt in 0..2 {
             let up = self.upstream().await?;
             match up.list_tools(request.clone()).await {
-                Ok(r) => return Ok(r),
+                Ok(mut r) => {
+                    // The daemon session is 2025-11-25, whose results carry no resultType; a
+                    // 2026-07-28 client requires it on every result.
+                    r.result_type.get_or_insert(ResultType::COMPLETE);
+                    return Ok(r);
+                }
                 Err(e) if attempt == 0 => {
                     tracing::info!(error = %e, "daemon connection lost; reconnecting");
                     self.reset().await;
@@ -681,7 +730,12 @@ impl ServerHandler for Shim {
         for attempt in 0..2 {
             let up = self.upstream().await?;
             match up.call_tool_once(request.clone()).await {
-                Ok(r) => return Ok(r),
+                Ok(mut r) => {
+                    if let CallToolResponse::Complete(c) = &mut r {
+                        c.result_type.get_or_insert(ResultType::COMPLETE);
+                    }
+                    return Ok(r);
+                }
                 Err(rmcp::ServiceError::McpError(e)) => return Err(e),
                 Err(e) => {
                     self.reset().await;

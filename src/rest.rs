@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use axum::serve::IncomingStream;
 use axum::{Json, Router};
 use fleetd_actors::error::{ErrorKind, FleetError};
-use fleetd_actors::fleet::{Fleet, SpawnRequest};
+use fleetd_actors::fleet::{Fleet, SignalRequest, SpawnRequest};
 use fleetd_actors::types::Caller;
 use futures::StreamExt;
 use hyper_util::rt::TokioIo;
@@ -119,12 +119,17 @@ fn body<T>(r: Result<Json<T>, JsonRejection>, what: &str, accepted: &str) -> Res
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpawnBody {
+    #[serde(default)]
     role: String,
+    #[serde(default)]
     name: String,
     slot: Option<String>,
     profile: Option<String>,
     command: Option<Vec<String>>,
     cwd: Option<String>,
+    resume: Option<String>,
+    #[serde(default)]
+    worktree: bool,
 }
 
 #[derive(Deserialize)]
@@ -140,12 +145,6 @@ struct SendBody {
 #[serde(deny_unknown_fields)]
 struct ReplyBody {
     message: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SignalBody {
-    status: String,
 }
 
 #[derive(Deserialize)]
@@ -195,6 +194,7 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/poll", get(poll))
         .route("/messages/{id}", get(message))
         .route("/signal", post(signal))
+        .route("/agents", get(agents))
         .route("/events", get(events))
         .route("/config/reload", post(reload))
         .route("/kb/fleet/drift/{identity}", get(kb_dates))
@@ -289,7 +289,7 @@ async fn spawn(
     let b = body(
         b,
         "spawn request",
-        "{role, name, slot?, profile?, command?: [argv], cwd?}",
+        "{role, name, slot?, profile?, command?: [argv], cwd?, worktree?: bool} or {resume: NAME}",
     )?;
     let c = api.caller(&peer);
     let cwd = b.cwd.or_else(|| peer.pid.and_then(identity::cwd_of));
@@ -304,6 +304,8 @@ async fn spawn(
                 profile: b.profile,
                 command: b.command,
                 cwd,
+                resume: b.resume,
+                worktree: b.worktree,
             },
         )
         .await?;
@@ -453,12 +455,16 @@ async fn message(
 async fn signal(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    b: Result<Json<SignalBody>, JsonRejection>,
+    b: Result<Json<SignalRequest>, JsonRejection>,
 ) -> ApiResult<serde_json::Value> {
-    let b = body(b, "signal request", "{status: idle|blocked|working}")?;
+    let b = body(
+        b,
+        "signal request",
+        "{status: working|idle|permission|question|exited} or {hook: PAYLOAD}",
+    )?;
     let c = api.caller(&peer);
-    api.fleet.signal(&c, &b.status).await?;
-    Ok(Json(serde_json::json!({"ok": true})))
+    let ack = api.fleet.signal(&c, b).await?;
+    Ok(Json(serde_json::to_value(ack).unwrap_or_default()))
 }
 
 /// `GET /kb/fleet/drift/{identity}/`: the dates of an identity's drift logs (read-only KB).
@@ -532,6 +538,19 @@ async fn drift(
     let c = api.caller(&peer);
     Ok(Json(
         serde_json::to_value(api.fleet.drift_peers(&c)?).unwrap_or_default(),
+    ))
+}
+
+/// `GET /agents`: the agent profiles, whether their CLIs are installed and verified.
+async fn agents(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "agents")?;
+    let config = api.fleet.ctx.config();
+    Ok(Json(
+        serde_json::to_value(crate::doctor::check(&config).await).unwrap_or_default(),
     ))
 }
 

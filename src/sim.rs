@@ -623,7 +623,7 @@ async fn lead_turn(
         if let Ok(r) = t
             .call(
                 "fleet_spawn",
-                json!({"role": "worker", "name": w, "command": cmd}),
+                json!({"role": "worker", "name": w, "profile": "sim", "command": cmd}),
             )
             .await
             && r.is_error == Some(true)

@@ -13,11 +13,15 @@ use crate::error::FleetError;
 use crate::supervisor::policy::{Restart, RestartPolicy};
 use crate::types::Role;
 
+/// The profile of a command spawned without one: idle when its screen is still.
+pub const GENERIC: &str = "generic";
+
 /// The built-in default config, commented; `fleetd config default` prints it.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("default-config.toml");
 
-/// Sections left out of a config file take their documented defaults; `architects`,
-/// `profiles` and `charters` left out are empty (the built-in default file fills them).
+/// Sections left out of a config file take their documented defaults; `architects` and
+/// `charters` left out are empty (the built-in default file fills them); the built-in
+/// `profiles` are always present (see [`Config::parse`]).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -55,7 +59,7 @@ pub struct Config {
 impl Default for Config {
     /// The built-in default (the demo's config).
     fn default() -> Self {
-        match Config::parse(DEFAULT_CONFIG_TOML) {
+        match Config::parse_text(DEFAULT_CONFIG_TOML) {
             Ok(c) => c,
             // The default text is a compile-time constant covered by a unit test.
             Err(e) => panic!("built-in default config does not parse: {e}"),
@@ -336,21 +340,78 @@ pub struct ArchitectSlot {
     pub description: Option<String>,
 }
 
+/// Which agent CLI a profile launches, for the wiring fleetd generates at spawn (the MCP
+/// server entry, the status hooks, the charter): see `crate::agents`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    Claude,
+    Codex,
+    Gemini,
+    Opencode,
+}
+
+impl AgentKind {
+    pub const ALL: [AgentKind; 4] = [
+        AgentKind::Claude,
+        AgentKind::Codex,
+        AgentKind::Gemini,
+        AgentKind::Opencode,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Gemini => "gemini",
+            AgentKind::Opencode => "opencode",
+        }
+    }
+}
+
+impl std::fmt::Display for AgentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Profile {
     pub command: Vec<String>,
-    pub prompt: String,
+    /// The agent CLI this profile launches: fleetd then generates its wiring per member (MCP
+    /// server, hooks, charter). None: the command runs as given.
+    pub agent: Option<AgentKind>,
+    /// The CLI versions this profile's screen rules and wiring were verified against
+    /// (`fleetd agents` compares them with the installed one).
+    pub verified: Vec<String>,
+    /// The command that resumes a member's conversation; `{session_id}` is the id the agent
+    /// reported. Empty: this profile cannot resume.
+    pub resume: Vec<String>,
+    /// On a stable screen, the agent is at its prompt with an empty input box (idle). None: a
+    /// stable screen is idle.
+    pub prompt: Option<String>,
     pub busy: Option<String>,
     pub blocked: Option<String>,
     pub permission: Option<String>,
     pub permission_injectable: bool,
+    /// The input box is on screen, whatever is in it: when `prompt` (empty) does not match,
+    /// text sits in the box (typed by someone, left there by an interrupted turn, or a paste
+    /// waiting for its Enter): idle, but nothing is pasted on top of it.
+    pub input: Option<String>,
     pub stable_ms: u64,
     /// Pause between the paste and its Enter, for TUIs that swallow an Enter sent too soon.
     pub enter_delay_ms: u64,
     /// The regexes look at this many last non-blank lines of the screen (what the agent is
     /// showing now), not at what has scrolled up.
     pub scan_lines: usize,
+    /// A new member takes no message until its `fleetd mcp` has listed the fleet tools (so its
+    /// first turn has them), or this long has passed. 0: no wait.
+    pub wait_for_tools_ms: u64,
+    /// A status reported by a hook holds until the next hook, unless the screen has since
+    /// changed and then read differently for this long (a hook that never came, e.g. no
+    /// `Stop` after the user interrupted a turn).
+    pub hook_yield_ms: u64,
     pub env: BTreeMap<String, String>,
 }
 
@@ -358,14 +419,20 @@ impl Default for Profile {
     fn default() -> Self {
         Profile {
             command: vec![],
-            prompt: r"(?m)[$#>%] $".into(),
+            agent: None,
+            verified: vec![],
+            resume: vec![],
+            prompt: None,
             busy: None,
             blocked: None,
             permission: None,
             permission_injectable: false,
-            stable_ms: 300,
+            input: None,
+            stable_ms: 1500,
             enter_delay_ms: 0,
             scan_lines: 6,
+            wait_for_tools_ms: 0,
+            hook_yield_ms: 5000,
             env: BTreeMap::new(),
         }
     }
@@ -404,14 +471,17 @@ impl Charters {
 #[derive(Clone, Debug)]
 pub struct CompiledProfile {
     pub name: String,
-    pub prompt: Regex,
+    pub prompt: Option<Regex>,
     pub busy: Option<Regex>,
     pub blocked: Option<Regex>,
     pub permission: Option<Regex>,
     pub permission_injectable: bool,
+    pub input: Option<Regex>,
     pub stable_ms: u64,
     pub enter_delay_ms: u64,
     pub scan_lines: usize,
+    pub wait_for_tools_ms: u64,
+    pub hook_yield_ms: u64,
 }
 
 impl CompiledProfile {
@@ -429,14 +499,17 @@ impl CompiledProfile {
             |field: &str, src: &Option<String>| src.as_deref().map(|s| re(field, s)).transpose();
         Ok(CompiledProfile {
             name: name.to_string(),
-            prompt: re("prompt", &p.prompt)?,
+            prompt: opt("prompt", &p.prompt)?,
             busy: opt("busy", &p.busy)?,
             blocked: opt("blocked", &p.blocked)?,
             permission: opt("permission", &p.permission)?,
             permission_injectable: p.permission_injectable,
+            input: opt("input", &p.input)?,
             stable_ms: p.stable_ms,
             enter_delay_ms: p.enter_delay_ms,
             scan_lines: p.scan_lines.max(1),
+            wait_for_tools_ms: p.wait_for_tools_ms,
+            hook_yield_ms: p.hook_yield_ms,
         })
     }
 }
@@ -450,8 +523,18 @@ impl Config {
             .and_then(|p| crate::keys::parse_public(&p.public_key).ok())
     }
 
-    /// Parse TOML text; unknown keys are errors so typos do not pass silently.
+    /// Parse TOML text; unknown keys are errors so typos do not pass silently. The built-in
+    /// agent profiles (claude, codex, gemini, opencode, generic, ...) are always there: a
+    /// profile of the same name in the file replaces the built-in one.
     pub fn parse(text: &str) -> Result<Config, FleetError> {
+        let mut c = Config::parse_text(text)?;
+        for (name, p) in Config::default().profiles {
+            c.profiles.entry(name).or_insert(p);
+        }
+        Ok(c)
+    }
+
+    fn parse_text(text: &str) -> Result<Config, FleetError> {
         toml::from_str::<Config>(text).map_err(|e| {
             FleetError::invalid(
                 "config",
@@ -471,19 +554,54 @@ impl Config {
             .policy()
     }
 
-    /// The profile a spawn uses: the one named, else the architect slot's, else `sim`.
-    pub fn profile_for(&self, role: Role, slot: Option<&str>, requested: Option<&str>) -> String {
+    /// The profile a spawn uses: the one named; else the architect slot's; else, for a spawn
+    /// that gives its own command, `generic` (and a note saying so); a spawn with neither is
+    /// refused.
+    pub fn profile_for(
+        &self,
+        role: Role,
+        slot: Option<&str>,
+        requested: Option<&str>,
+        command: Option<&[String]>,
+    ) -> Result<(String, Option<String>), FleetError> {
         if let Some(p) = requested {
-            return p.to_string();
+            return Ok((p.to_string(), None));
         }
         if role == Role::Architect
             && let Some(p) = slot
                 .and_then(|s| self.architects.get(s))
                 .and_then(|a| a.profile.clone())
         {
-            return p;
+            return Ok((p, None));
         }
-        "sim".to_string()
+        if let Some(cmd) = command.filter(|c| !c.is_empty()) {
+            let exe = cmd[0].rsplit('/').next().unwrap_or("");
+            let hint = self
+                .profiles
+                .iter()
+                .find(|(_, p)| p.agent.is_some() && p.command.first().is_some_and(|c| c == exe))
+                .map(|(n, _)| format!("; `{exe}` has its own profile: --profile {n} wires its tools, hooks and charter"))
+                .unwrap_or_default();
+            let stable = self
+                .profiles
+                .get(GENERIC)
+                .map(|p| p.stable_ms)
+                .unwrap_or(Profile::default().stable_ms);
+            return Ok((
+                GENERIC.to_string(),
+                Some(format!(
+                    "no profile given: the `{GENERIC}` profile reads this terminal (idle = its screen still for {stable} ms; no prompt regex, no hooks){hint}"
+                )),
+            ));
+        }
+        Err(FleetError::invalid(
+            "fleet_spawn",
+            "it names neither a profile nor a command",
+            format!(
+                "a profile (one of: {}) or a command (run with the `{GENERIC}` profile)",
+                self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ))
     }
 
     pub fn compiled_profile(&self, name: &str) -> Result<CompiledProfile, FleetError> {
@@ -509,7 +627,7 @@ impl Config {
             if let Err(e) = CompiledProfile::compile(name, p) {
                 problems.push(e.to_string());
             }
-            if p.command.is_empty() {
+            if p.command.is_empty() && name != GENERIC {
                 problems.push(format!(
                     "profiles.{name}.command is empty: give the agent's argv"
                 ));
@@ -741,7 +859,7 @@ mod tests {
     #[test]
     fn bad_regex_and_bad_profile_ref_fail_check() {
         let mut c = Config::default();
-        c.profiles.get_mut("sim").unwrap().prompt = "(".into();
+        c.profiles.get_mut("sim").unwrap().prompt = Some("(".into());
         c.architects.get_mut("opus").unwrap().profile = Some("nope".into());
         let p = c.check(TOOLS);
         assert!(p.iter().any(|l| l.contains("profiles.sim.prompt")), "{p:?}");

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
@@ -84,6 +84,36 @@ pub struct SpawnRequest {
     pub profile: Option<String>,
     pub command: Option<Vec<String>>,
     pub cwd: Option<String>,
+    /// Restart this exited member with its conversation (same name, role, slot, charter).
+    pub resume: Option<String>,
+    /// Give the member its own git worktree and branch under the state dir.
+    pub worktree: bool,
+}
+
+/// What a spawn did: the member, and notes (the profile chosen for it, what was wired).
+#[derive(Clone, Debug, Serialize)]
+pub struct SpawnView {
+    #[serde(flatten)]
+    pub member: MemberView,
+    pub notes: Vec<String>,
+}
+
+/// `fleetd signal`: a state, or a hook's payload.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    pub status: Option<String>,
+    pub hook: Option<serde_json::Value>,
+}
+
+/// What a signal did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SignalAck {
+    pub member: MemberName,
+    pub event: String,
+    /// The status signal it meant; None: the event changes no status.
+    pub signal: Option<String>,
+    pub session_id: Option<String>,
 }
 
 /// A message's delivery receipt.
@@ -546,25 +576,93 @@ impl Fleet {
         }
     }
 
-    pub async fn spawn(
-        &self,
-        caller: &Caller,
-        req: SpawnRequest,
-    ) -> Result<MemberView, FleetError> {
+    /// An exited member that can be resumed: its record, with the session id its hooks
+    /// reported.
+    async fn resumable(&self, name: &str) -> Result<MemberRecord, FleetError> {
+        let what = format!(
+            "fleet_spawn {{resume: {}}}",
+            crate::types::truncate(name, 40)
+        );
+        let n = member_name(name)?;
+        let rec = self.member(&n).await?.ok_or_else(|| {
+            FleetError::not_found(
+                what.clone(),
+                format!("no member `{n}` is remembered"),
+                "the name of an exited member (fleet_list shows them)",
+            )
+        })?;
+        if rec.is_live() {
+            return Err(FleetError::conflict(
+                what,
+                format!("`{n}` is still running"),
+                "resume of an exited member (stop it first)",
+            ));
+        }
+        if rec.session_id.is_none() {
+            return Err(FleetError::conflict(
+                what,
+                format!(
+                    "`{n}` never reported a session id (profile `{}`: its agent's hooks did not send one)",
+                    rec.profile
+                ),
+                "resume of a member whose agent reported its session (claude, codex, gemini, opencode profiles)",
+            ));
+        }
+        Ok(rec)
+    }
+
+    pub async fn spawn(&self, caller: &Caller, req: SpawnRequest) -> Result<SpawnView, FleetError> {
         authorize(caller, &Action::Spawn, "fleet_spawn")?;
         let parent = caller.party().ok_or_else(|| {
             FleetError::internal("fleet_spawn", "an authorized caller has no party")
         })?;
-        let name = member_name(&req.name)?;
-        let role: Role = req.role.parse()?;
         let config = self.ctx.config();
-        let slot = match (role, req.slot.clone()) {
-            (Role::Architect, None) if config.architects.contains_key(name.as_str()) => {
-                Some(name.to_string())
-            }
-            (_, s) => s,
+        let mut notes = vec![];
+        // A resume takes the exited member's name, role, slot, profile, cwd and worktree.
+        let prior = match &req.resume {
+            Some(n) => Some(self.resumable(n).await?),
+            None => None,
         };
-        let profile_name = config.profile_for(role, slot.as_deref(), req.profile.as_deref());
+        let (name, role, slot, requested_profile, cwd) = match &prior {
+            Some(p) => (
+                p.name.clone(),
+                p.role,
+                p.slot.clone(),
+                Some(p.profile.clone()),
+                p.cwd.clone(),
+            ),
+            None => {
+                for (field, v) in [("role", &req.role), ("name", &req.name)] {
+                    if v.is_empty() {
+                        return Err(FleetError::invalid(
+                            "fleet_spawn",
+                            format!("it gives no {field}"),
+                            "role, name and a profile or a command (or resume: NAME of an exited member)",
+                        ));
+                    }
+                }
+                let name = member_name(&req.name)?;
+                let role: Role = req.role.parse()?;
+                let slot = match (role, req.slot.clone()) {
+                    (Role::Architect, None) if config.architects.contains_key(name.as_str()) => {
+                        Some(name.to_string())
+                    }
+                    (_, s) => s,
+                };
+                (name, role, slot, req.profile.clone(), req.cwd.clone())
+            }
+        };
+        let slot_command = slot
+            .as_deref()
+            .and_then(|s| config.architects.get(s))
+            .and_then(|a| a.command.clone());
+        let (profile_name, note) = config.profile_for(
+            role,
+            slot.as_deref(),
+            requested_profile.as_deref(),
+            req.command.as_deref().or(slot_command.as_deref()),
+        )?;
+        notes.extend(note);
         let profile = config.profiles.get(&profile_name).ok_or_else(|| {
             FleetError::invalid(
                 format!("fleet_spawn of `{name}`"),
@@ -580,20 +678,32 @@ impl Fleet {
                 ),
             )
         })?;
-        let argv = match &req.command {
-            Some(c) if !c.is_empty() => c.clone(),
-            Some(_) => {
+        let argv = match (&prior, &req.command) {
+            (Some(p), _) => {
+                let session = p.session_id.clone().unwrap_or_default();
+                if profile.resume.is_empty() {
+                    return Err(FleetError::conflict(
+                        format!("fleet_spawn {{resume: {name}}}"),
+                        format!("profile `{profile_name}` has no resume command"),
+                        "resume of a member whose profile sets `resume` (claude, codex, gemini, opencode)",
+                    ));
+                }
+                notes.push(format!("resumed session {session}"));
+                profile
+                    .resume
+                    .iter()
+                    .map(|a| a.replace("{session_id}", &session))
+                    .collect()
+            }
+            (None, Some(c)) if !c.is_empty() => c.clone(),
+            (None, Some(_)) => {
                 return Err(FleetError::invalid(
                     format!("fleet_spawn of `{name}`"),
                     "command is an empty list",
                     "a non-empty argv, or no command to use the profile's",
                 ));
             }
-            None => slot
-                .as_deref()
-                .and_then(|s| config.architects.get(s))
-                .and_then(|a| a.command.clone())
-                .unwrap_or_else(|| profile.command.clone()),
+            (None, None) => slot_command.unwrap_or_else(|| profile.command.clone()),
         };
         if argv.is_empty() {
             return Err(FleetError::invalid(
@@ -615,69 +725,40 @@ impl Fleet {
             .await?
             .call(|reply| RegistryMsg::Reserve { req: rreq, reply }, wait)
             .await??;
-        let release = |this: &Fleet, id| {
-            if let Ok(r) = this.ctx.dir.registry() {
-                r.cast(RegistryMsg::Release { reservation: id });
+        let prepared = self
+            .prepare(&name, role, profile, prior.as_ref(), &req, cwd)
+            .await;
+        let (argv, env, cwd, worktree, charter_sha256, wired) = match prepared {
+            Ok(p) => {
+                let (extra, env, cwd, worktree, sha, wired) = p;
+                let mut full = self.expand(&argv, &name);
+                full.extend(extra);
+                (full, env, cwd, worktree, sha, wired)
+            }
+            Err(e) => {
+                self.release(reservation.id);
+                return Err(e);
             }
         };
-        // The charter, read from the live config at this spawn, composed with the reply charter.
-        let charter = config.charters.compose(role);
-        let charter_sha256 = sha256_hex(&charter);
-        let charter_dir = self.ctx.state_dir.join("charters");
-        let charter_file = charter_dir.join(format!("{name}.md"));
-        let (cf, ct) = (charter_file.clone(), charter.clone());
-        if let Err(e) = self
-            .ctx
-            .store
-            .run(move |_| {
-                write_private(&cf, ct.as_bytes())
-                    .map_err(|e| crate::store::StoreError::Db(format!("charter file: {e}")))
-            })
-            .await
-        {
-            release(self, reservation.id);
-            return Err(e);
+        notes.extend(wired);
+        if let Some(w) = &worktree {
+            notes.push(format!("worktree {} on branch {}", w.path, w.branch));
         }
-        let fleetd = self.ctx.fleetd_exe.display().to_string();
-        let cfs = charter_file.display().to_string();
-        let argv: Vec<String> = argv
-            .iter()
-            .map(|a| {
-                a.replace("{fleetd}", &fleetd)
-                    .replace("{charter_file}", &cfs)
-            })
-            .collect();
         let now = self.ctx.now();
         let generation = now;
-        let mut env: Vec<(String, String)> = vec![
-            (
-                "FLEETD_STATE_DIR".into(),
-                self.ctx.state_dir.display().to_string(),
-            ),
-            ("FLEETD_MEMBER".into(), name.to_string()),
-            ("FLEETD_ROLE".into(), role.to_string()),
-            ("FLEETD_CHARTER_FILE".into(), cfs.clone()),
-            ("TERM".into(), "xterm-256color".into()),
-        ];
-        env.extend(
-            profile
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))),
-        );
         let spec = LaunchSpec {
             name: name.clone(),
             generation,
             argv: argv.clone(),
             env,
-            cwd: req.cwd.clone(),
+            cwd: cwd.clone(),
             rows: config.lifecycle.rows,
             cols: config.lifecycle.cols,
         };
         let handle = match self.ctx.term.launch(spec).await {
             Ok(h) => h,
             Err(e) => {
-                release(self, reservation.id);
+                self.release(reservation.id);
                 return Err(e);
             }
         };
@@ -694,8 +775,11 @@ impl Fleet {
             status: Status::Starting,
             status_since: now,
             exit: None,
-            charter_sha256: charter_sha256.clone(),
+            charter_sha256,
             generation,
+            session_id: prior.as_ref().and_then(|p| p.session_id.clone()),
+            worktree,
+            cwd,
         };
         let pid = handle.pid;
         let rec2 = record.clone();
@@ -716,11 +800,11 @@ impl Fleet {
             let _ = handle
                 .input
                 .try_send(crate::term::TermInput::Terminate { grace_ms: 0 });
-            release(self, reservation.id);
+            self.release(reservation.id);
             return Err(e);
         }
         self.start_member(&name, Some(handle)).await?;
-        tracing::info!(member = %name, %role, pid, parent = %parent, "spawned");
+        tracing::info!(member = %name, %role, pid, parent = %parent, profile = %profile_name, "spawned");
         self.ctx.events.emit(EventKind::Spawned {
             member: name.clone(),
             role,
@@ -729,7 +813,154 @@ impl Fleet {
             pid: Some(pid),
             profile: profile_name,
         });
-        Ok(MemberView::from(&record))
+        Ok(SpawnView {
+            member: MemberView::from(&record),
+            notes,
+        })
+    }
+
+    fn release(&self, reservation: u64) {
+        if let Ok(r) = self.ctx.dir.registry() {
+            r.cast(RegistryMsg::Release { reservation });
+        }
+    }
+
+    /// `{fleetd}` and `{charter_file}` in a profile's argv.
+    fn expand(&self, argv: &[String], name: &MemberName) -> Vec<String> {
+        let fleetd = self.ctx.fleetd_exe.display().to_string();
+        let charter = self.charter_file(name).display().to_string();
+        argv.iter()
+            .map(|a| {
+                a.replace("{fleetd}", &fleetd)
+                    .replace("{charter_file}", &charter)
+            })
+            .collect()
+    }
+
+    fn charter_file(&self, name: &MemberName) -> std::path::PathBuf {
+        self.ctx
+            .state_dir
+            .join("charters")
+            .join(format!("{name}.md"))
+    }
+
+    /// Everything a launch needs besides its command, written to disk before it: the charter
+    /// (a resumed member keeps its own), the agent's wiring (files and arguments), the
+    /// environment, the worktree. Returns (extra args, env, cwd, worktree, charter sha256,
+    /// wiring summary).
+    #[allow(clippy::type_complexity)]
+    async fn prepare(
+        &self,
+        name: &MemberName,
+        role: Role,
+        profile: &crate::config::Profile,
+        prior: Option<&MemberRecord>,
+        req: &SpawnRequest,
+        cwd: Option<String>,
+    ) -> Result<
+        (
+            Vec<String>,
+            Vec<(String, String)>,
+            Option<String>,
+            Option<crate::registry::state::Worktree>,
+            String,
+            Vec<String>,
+        ),
+        FleetError,
+    > {
+        let config = self.ctx.config();
+        let charter_file = self.charter_file(name);
+        let state_dir = self.ctx.state_dir.clone();
+        let fleetd = self.ctx.fleetd_exe.clone();
+        let kept = match prior {
+            Some(_) => std::fs::read_to_string(&charter_file).ok(),
+            None => None,
+        };
+        let charter = kept.unwrap_or_else(|| config.charters.compose(role));
+        let charter_sha256 = sha256_hex(&charter);
+        let want_worktree = req.worktree || prior.is_some_and(|p| p.worktree.is_some());
+        let prior_wt = prior.and_then(|p| p.worktree.clone());
+        let agent = profile.agent;
+        let n = name.to_string();
+        let work = tokio::task::spawn_blocking(move || {
+            let fail = |what: &str, e: std::io::Error| {
+                FleetError::internal(format!("the spawn of `{n}`"), format!("{what}: {e}"))
+            };
+            write_private(&charter_file, charter.as_bytes())
+                .map_err(|e| fail("charter file", e))?;
+            let worktree = if want_worktree {
+                let from = cwd
+                    .as_deref()
+                    .map(std::path::PathBuf::from)
+                    .or_else(|| std::env::current_dir().ok())
+                    .unwrap_or_else(|| state_dir.clone());
+                Some(crate::worktree::create(
+                    &state_dir,
+                    &n,
+                    &from,
+                    prior_wt.as_ref(),
+                )?)
+            } else {
+                None
+            };
+            let cwd = worktree.as_ref().map(|w| w.path.clone()).or(cwd);
+            let wiring = match agent {
+                Some(kind) => {
+                    let dir = state_dir.join("agents").join(&n);
+                    let w = crate::agents::wire(
+                        kind,
+                        &crate::agents::Member {
+                            name: &n,
+                            fleetd: &fleetd,
+                            state_dir: &state_dir,
+                            charter: &charter_file,
+                            dir: &dir,
+                            cwd: cwd.as_deref().map(std::path::Path::new),
+                        },
+                        &charter,
+                    );
+                    for (path, text) in &w.files {
+                        write_private(path, text.as_bytes())
+                            .map_err(|e| fail(&path.display().to_string(), e))?;
+                    }
+                    w
+                }
+                None => crate::agents::Wiring::default(),
+            };
+            Ok::<_, FleetError>((wiring, worktree, cwd))
+        });
+        let (wiring, worktree, cwd) = work.await.map_err(|e| {
+            FleetError::internal("fleet_spawn", format!("the preparation failed: {e}"))
+        })??;
+        let fleetd = self.ctx.fleetd_exe.display().to_string();
+        let mut env: Vec<(String, String)> = vec![
+            (
+                "FLEETD_STATE_DIR".into(),
+                self.ctx.state_dir.display().to_string(),
+            ),
+            ("FLEETD_MEMBER".into(), name.to_string()),
+            ("FLEETD_ROLE".into(), role.to_string()),
+            (
+                "FLEETD_CHARTER_FILE".into(),
+                self.charter_file(name).display().to_string(),
+            ),
+            ("TERM".into(), "xterm-256color".into()),
+        ];
+        env.extend(wiring.env.clone());
+        env.extend(
+            profile
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))),
+        );
+        Ok((
+            wiring.args,
+            env,
+            cwd,
+            worktree,
+            charter_sha256,
+            wiring.summary,
+        ))
     }
 
     fn check_size(&self, what: &str, text: &str) -> Result<(), FleetError> {
@@ -1762,15 +1993,28 @@ impl Fleet {
         }
     }
 
-    pub async fn signal(&self, caller: &Caller, status: &str) -> Result<(), FleetError> {
-        let status: Status = status.parse()?;
-        if !matches!(status, Status::Idle | Status::Blocked | Status::Working) {
-            return Err(FleetError::invalid(
-                format!("signal `{status}`"),
-                "only agent states can be signalled",
-                "idle, blocked or working",
-            ));
-        }
+    /// A status report from inside a member's process tree: `fleetd signal STATE`, or an agent
+    /// hook's payload (`fleetd signal --hook`). Records the agent's session id for resume.
+    pub async fn signal(
+        &self,
+        caller: &Caller,
+        req: SignalRequest,
+    ) -> Result<SignalAck, FleetError> {
+        let report = match (&req.status, &req.hook) {
+            (Some(state), None) => crate::hooks::Report {
+                event: state.clone(),
+                signal: Some(crate::hooks::from_state(state)?),
+                session_id: None,
+            },
+            (None, Some(payload)) => crate::hooks::from_payload(payload)?,
+            _ => {
+                return Err(FleetError::invalid(
+                    "fleetd signal",
+                    "give either a state or a hook payload",
+                    format!("{{status: {}}} or {{hook: PAYLOAD}}", crate::hooks::STATES),
+                ));
+            }
+        };
         let Caller::Member(m) = caller else {
             return Err(FleetError::new(
                 ErrorKind::Forbidden,
@@ -1783,11 +2027,37 @@ impl Fleet {
             )
             .with_rule("SIGNAL"));
         };
-        let slot = self.slot(&m.name).await.ok_or_else(|| {
-            FleetError::unavailable("fleetd signal", "the member's slot is restarting")
-        })?;
-        slot.call(|reply| SlotMsg::Signal { status, reply }, CALL)
-            .await?
+        if let Some(id) = &report.session_id
+            && let Ok(r) = self.registry().await
+        {
+            r.cast(RegistryMsg::Session {
+                name: m.name.clone(),
+                id: id.clone(),
+            });
+        }
+        let signal = report.signal.clone();
+        if let Some(signal) = signal {
+            let slot = self.slot(&m.name).await.ok_or_else(|| {
+                FleetError::unavailable("fleetd signal", "the member's slot is restarting")
+            })?;
+            slot.call(|reply| SlotMsg::Signal { signal, reply }, CALL)
+                .await??;
+        }
+        Ok(SignalAck {
+            member: m.name.clone(),
+            event: report.event,
+            signal: report.signal.as_ref().map(|s| s.name().to_string()),
+            session_id: report.session_id,
+        })
+    }
+
+    /// A member's MCP session listed the fleet tools: its first turn can use them.
+    pub async fn tools_listed(&self, caller: &Caller) {
+        if let Caller::Member(m) = caller
+            && let Some(slot) = self.slot(&m.name).await
+        {
+            slot.cast(SlotMsg::ToolsListed);
+        }
     }
 
     fn operator_only(caller: &Caller, what: &str) -> Result<(), FleetError> {

@@ -3,6 +3,7 @@
 //! performs the effects. [`fleet::Fleet`] is the handle the front ends (MCP, REST, the demo)
 //! call. See `docs/ARCHITECTURE.md` in the repository for the map.
 
+pub mod agents;
 pub mod authz;
 pub mod clock;
 pub mod config;
@@ -12,6 +13,7 @@ pub mod drift;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod hooks;
 pub mod injector;
 pub mod keys;
 pub mod ledger;
@@ -25,3 +27,4 @@ pub mod supervisor;
 pub mod term;
 pub mod tickets;
 pub mod types;
+pub mod worktree;

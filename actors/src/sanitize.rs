@@ -137,7 +137,10 @@ mod tests {
         assert_eq!(a.total(), 6);
         let d = a.describe().unwrap();
         assert!(d.contains("6 control characters"), "{d}");
-        assert!(d.contains("^[ x1") && d.contains("^M x1") && d.contains("^C x1"), "{d}");
+        assert!(
+            d.contains("^[ x1") && d.contains("^M x1") && d.contains("^C x1"),
+            "{d}"
+        );
     }
 
     #[test]

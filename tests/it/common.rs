@@ -190,7 +190,7 @@ impl D {
         self.client
             .post(
                 "/members",
-                &json!({"role": role, "name": name, "command": command}),
+                &json!({"role": role, "name": name, "command": command, "profile": "sim"}),
             )
             .await
             .unwrap_or_else(|e| panic!("spawn {name}: {e}\n{}", self.log()))

@@ -130,7 +130,7 @@ async fn the_lead_gets_the_coordinator_row_and_may_spawn() {
             json!([
                 {"tool": "fleet_list"},
                 {"tool": "fleet_spawn", "args": {"role": "worker", "name": "w9", "command": exec(&[])}},
-                {"tool": "fleet_spawn", "args": {"role": "primary", "name": "lead2"}},
+                {"tool": "fleet_spawn", "args": {"role": "primary", "name": "lead2", "profile": "sim"}},
             ]),
         )
         .await;
@@ -361,7 +361,7 @@ async fn a_delivery_that_is_not_taken_is_reported_stalled_and_the_queue_holds() 
         tk1["receipt"]["note"]
             .as_str()
             .unwrap()
-            .contains("did not leave idle"),
+            .contains("did not start a turn on it"),
         "{tk1}"
     );
     assert_eq!(d.ticket(&t2).await["receipt"]["state"], "queued");
@@ -742,7 +742,10 @@ async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
         "10",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("spawned w1 (worker)"));
+    // A command without --profile runs with the generic profile, and the spawn says so.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("spawned w1 (worker, profile generic)"), "{out}");
+    assert!(out.contains("no profile given"), "{out}");
     ev.status("w1", "idle").await;
     let o = d.cli(&["send", "w1", "sum:", "1", "2", "--wait", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();

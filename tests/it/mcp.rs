@@ -1,7 +1,7 @@
 //! MCP through the real shim (`fleetd mcp` as a child process, rmcp's client), in both protocol
 //! eras, and the shim surviving a daemon restart.
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion, ResultType};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
@@ -115,6 +115,15 @@ async fn both_protocol_eras_list_the_tools_and_call_them() {
         let r = call(&c, "fleet_whoami", json!({})).await;
         assert_eq!(r.is_error, Some(false), "{era:?}");
         assert_eq!(r.structured_content.as_ref().unwrap()["member"], false);
+        // The 2026-07-28 era requires resultType on every result (the official Python SDK
+        // refuses a result without it); the 2025-11-25 era has none.
+        let want = match era {
+            Era::Initialize => None,
+            Era::Discover => Some(ResultType::COMPLETE),
+        };
+        let listed = c.list_tools(None).await.unwrap();
+        assert_eq!(listed.result_type, want, "tools/list in {era:?}");
+        assert_eq!(r.result_type, want, "tools/call in {era:?}");
         let _ = c.cancel().await;
     }
     // A member whose agent speaks the 2026-07-28 era works end to end.

@@ -26,6 +26,15 @@ pub enum InjectorMsg {
         reply: RpcReplyPort<Result<Message, FleetError>>,
     },
     Target(TargetView),
+    /// The slot saw the agent start a turn on message `id`.
+    TurnStarted {
+        id: MsgId,
+    },
+    /// The slot saw no turn start on message `id` in time; `why` says what the screen showed.
+    NotStarted {
+        id: MsgId,
+        why: String,
+    },
     Tick,
     PasteResult {
         id: MsgId,
@@ -266,6 +275,14 @@ impl Actor for InjectorActor {
                     myself.stop(Some("target exited".into()));
                     return Ok(());
                 }
+            }
+            InjectorMsg::TurnStarted { id } => {
+                let fx = st.core.turn_started(id, now);
+                st.perform(fx).await?;
+            }
+            InjectorMsg::NotStarted { id, why } => {
+                let fx = st.core.not_started(id, &why, now);
+                st.perform(fx).await?;
             }
             InjectorMsg::Tick => {
                 st.timer.fired();

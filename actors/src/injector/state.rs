@@ -1,9 +1,12 @@
 //! The injector core: one durable FIFO per target, delivered only when the target can take it.
 //!
 //! Owns the delivery rules: a message lands only while the target is `idle` (or `blocked` with
-//! an injectable dialog), at most one per turn (the next waits for the next idle), in send order;
-//! and every message's receipt, `queued -> delivered -> accepted | stalled`, or `failed` when the
-//! target is gone. Pure: the shell persists each [`Effect::Save`] before it performs the effects
+//! an injectable dialog), at most one per turn (the next waits for the turn it started to end),
+//! in send order; and every message's receipt, `queued -> delivered -> accepted | stalled`, or
+//! `failed` when the target is gone. `accepted` means the target's slot saw evidence that the
+//! agent started a turn on this message (a hook, or its busy marker after the Enter), never
+//! merely a status change; without it the slot reports the message not taken and it is
+//! `stalled`, with what the screen showed. Pure: the shell persists each [`Effect::Save`] before it performs the effects
 //! after it (so a receipt is durable before anyone is told, and `delivered` is durable before the
 //! paste: a crash can stall a message, never paste it twice). Must never touch a terminal.
 
@@ -25,10 +28,12 @@ pub enum ReceiptState {
     Transmitted,
     /// Pasted into the target's terminal, followed by Enter.
     Delivered,
-    /// The target left idle after the Enter: it took the message.
+    /// The agent started a turn on it (a hook said so, or its busy marker showed after the
+    /// Enter).
     Accepted,
-    /// The target did not leave idle within the accept timeout. Reported, not retried blindly;
-    /// it still turns `accepted` if the target later starts work.
+    /// No turn started on it within the accept timeout: reported with what the screen showed,
+    /// held (the next message waits), never retried blindly; it still turns `accepted` if the
+    /// turn starts later.
     Stalled,
     /// It can never be delivered (the target exited); `note` says why.
     Failed,
@@ -87,6 +92,10 @@ pub enum Effect {
     },
 }
 
+/// Past the slot's accept timeout (twice over), how long the injector still waits for its
+/// slot's word on a paste before it calls the message stalled itself.
+pub const BACKSTOP_GRACE_MS: Millis = 1_000;
+
 /// Injector limits from config.
 #[derive(Clone, Debug)]
 pub struct InjectorLimits {
@@ -98,16 +107,10 @@ pub struct InjectorLimits {
 enum Phase {
     /// Free to deliver at the next injectable status.
     Ready,
-    /// Pasted; waiting for the target to leave the status it had at delivery.
-    AwaitingAccept {
-        msg: Message,
-        delivered_while: Status,
-    },
-    /// Not accepted in time; held until the target shows activity.
-    Stalled {
-        msg: Message,
-        delivered_while: Status,
-    },
+    /// Pasted; waiting for evidence that a turn started on it.
+    AwaitingAccept { msg: Message },
+    /// Not taken in time; held until a turn starts on it after all.
+    Stalled { msg: Message },
     /// Accepted; the next message waits for this turn to end.
     AwaitingTurnEnd { msg: Message },
 }
@@ -116,17 +119,15 @@ enum Phase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TargetView {
     pub status: Status,
-    /// For `blocked`: whether the dialog on screen may be answered by a message.
+    /// Whether a message may be pasted now: for `idle`, the input box is empty; for
+    /// `blocked`, what is on screen is a question a message may answer.
     pub injectable: bool,
 }
 
 impl TargetView {
+    /// Idle with an empty input box, or blocked on a question a message may answer.
     pub fn can_take(&self) -> bool {
-        match self.status {
-            Status::Idle => true,
-            Status::Blocked => self.injectable,
-            _ => false,
-        }
+        matches!(self.status, Status::Idle | Status::Blocked) && self.injectable
     }
 }
 
@@ -150,17 +151,9 @@ impl Injector {
         for m in pending {
             match m.state {
                 ReceiptState::Delivered if phase == Phase::Ready => {
-                    phase = Phase::AwaitingAccept {
-                        msg: m,
-                        delivered_while: Status::Idle,
-                    }
+                    phase = Phase::AwaitingAccept { msg: m }
                 }
-                ReceiptState::Stalled if phase == Phase::Ready => {
-                    phase = Phase::Stalled {
-                        msg: m,
-                        delivered_while: Status::Idle,
-                    }
-                }
+                ReceiptState::Stalled if phase == Phase::Ready => phase = Phase::Stalled { msg: m },
                 _ => queue.push_back(m),
             }
         }
@@ -205,12 +198,13 @@ impl Injector {
         matches!(self.phase, Phase::Stalled { .. })
     }
 
-    /// When the in-flight message stalls if the target does not take it.
+    /// When the in-flight message stalls even though its slot never reported on it (the slot
+    /// restarted and lost track of the paste): well after the slot's own accept timeout.
     pub fn next_deadline(&self) -> Option<Millis> {
         match &self.phase {
-            Phase::AwaitingAccept { msg, .. } => {
-                msg.delivered_at.map(|d| d + self.limits.accept_timeout_ms)
-            }
+            Phase::AwaitingAccept { msg, .. } => msg
+                .delivered_at
+                .map(|d| d + self.limits.accept_timeout_ms * 2 + BACKSTOP_GRACE_MS),
             _ => None,
         }
     }
@@ -256,62 +250,69 @@ impl Injector {
             self.close("the target exited", now, &mut fx);
             return fx;
         }
-        match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingAccept {
-                msg,
-                delivered_while,
-            }
-            | Phase::Stalled {
-                msg,
-                delivered_while,
-            } if view.status != delivered_while => {
-                let mut msg = msg;
-                msg.state = ReceiptState::Accepted;
-                msg.settled_at = Some(now);
-                fx.push(Effect::Save(msg.clone()));
-                if view.can_take() {
-                    // It took the message and is already back: the turn was quick.
-                    fx.push(Effect::TurnEnded {
-                        msg: msg.id,
-                        ticket: msg.ticket,
-                    });
-                } else {
-                    self.phase = Phase::AwaitingTurnEnd { msg };
-                }
-            }
-            Phase::AwaitingTurnEnd { msg } if view.can_take() => {
-                fx.push(Effect::TurnEnded {
-                    msg: msg.id,
-                    ticket: msg.ticket,
-                });
-            }
-            other => self.phase = other,
+        if let Phase::AwaitingTurnEnd { msg } = &self.phase
+            && view.can_take()
+        {
+            fx.push(Effect::TurnEnded {
+                msg: msg.id,
+                ticket: msg.ticket,
+            });
+            self.phase = Phase::Ready;
         }
         self.try_deliver(now, &mut fx);
         fx
     }
 
-    /// Time passed: a delivered message not taken in time becomes `stalled`.
+    /// The target's slot saw the agent start a turn on message `id`: it is `accepted` (also
+    /// after a stall), and the next message waits for that turn to end (the next status the
+    /// target can take a message in).
+    pub fn turn_started(&mut self, id: MsgId, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::AwaitingAccept { mut msg } | Phase::Stalled { mut msg } if msg.id == id => {
+                msg.state = ReceiptState::Accepted;
+                msg.settled_at = Some(now);
+                fx.push(Effect::Save(msg.clone()));
+                self.phase = Phase::AwaitingTurnEnd { msg };
+            }
+            other => self.phase = other,
+        }
+        fx
+    }
+
+    /// The target's slot saw no turn start on message `id` within the accept timeout; `why`
+    /// says what the screen showed.
+    pub fn not_started(&mut self, id: MsgId, why: &str, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::AwaitingAccept { msg } if msg.id == id => self.stall(msg, why, now, &mut fx),
+            other => self.phase = other,
+        }
+        fx
+    }
+
+    fn stall(&mut self, mut msg: Message, why: &str, now: Millis, fx: &mut Vec<Effect>) {
+        msg.state = ReceiptState::Stalled;
+        msg.settled_at = Some(now);
+        msg.note = Some(format!("{why}; held, not retried"));
+        fx.push(Effect::Save(msg.clone()));
+        self.phase = Phase::Stalled { msg };
+    }
+
+    /// Time passed: a delivered message its slot never reported on becomes `stalled`.
     pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
         if let Some(deadline) = self.next_deadline()
             && now >= deadline
-            && let Phase::AwaitingAccept {
-                mut msg,
-                delivered_while,
-            } = std::mem::replace(&mut self.phase, Phase::Ready)
+            && let Phase::AwaitingAccept { msg } = std::mem::replace(&mut self.phase, Phase::Ready)
         {
-            msg.state = ReceiptState::Stalled;
-            msg.settled_at = Some(now);
-            msg.note = Some(format!(
-                "`{}` did not leave {} within {} ms of the Enter; held, not retried",
-                self.target, delivered_while, self.limits.accept_timeout_ms
-            ));
-            fx.push(Effect::Save(msg.clone()));
-            self.phase = Phase::Stalled {
-                msg,
-                delivered_while,
-            };
+            let why = format!(
+                "no word from the terminal of `{}` on whether a turn started on it within {} ms \
+                 (its slot restarted after the paste?)",
+                self.target,
+                now.saturating_sub(msg.delivered_at.unwrap_or(now))
+            );
+            self.stall(msg, &why, now, &mut fx);
         }
         fx
     }
@@ -357,10 +358,7 @@ impl Injector {
         msg.delivered_at = Some(now);
         fx.push(Effect::Save(msg.clone()));
         fx.push(Effect::Deliver(msg.clone()));
-        self.phase = Phase::AwaitingAccept {
-            msg,
-            delivered_while: self.view.status,
-        };
+        self.phase = Phase::AwaitingAccept { msg };
     }
 }
 
@@ -416,6 +414,10 @@ mod tests {
             .collect()
     }
 
+    fn in_flight(i: &Injector) -> Option<u64> {
+        i.in_flight().map(|m| m.id.0)
+    }
+
     #[test]
     fn waits_for_idle_then_one_per_turn_in_order() {
         let mut i = inj(10);
@@ -427,59 +429,79 @@ mod tests {
         assert_eq!(delivered(&fx), vec![1]);
         // Save(delivered) comes before the Deliver effect.
         assert!(matches!(&fx[0], Effect::Save(m) if m.state == ReceiptState::Delivered));
-        // Still idle (no change): nothing more.
-        assert!(delivered(&i.target_status(view(Status::Idle), 3)).is_empty());
-        // It starts working: accepted, and the second waits.
-        let fx = i.target_status(view(Status::Working), 4);
-        assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Accepted)));
-        assert!(delivered(&fx).is_empty());
+        // A status change alone is no evidence: the paste's echo, a footer redraw.
+        assert!(i.target_status(view(Status::Working), 3).is_empty());
+        assert!(i.target_status(view(Status::Idle), 4).is_empty());
+        assert_eq!(in_flight(&i), Some(1));
+        // The slot saw the turn start on it: accepted, and the second waits for the turn.
+        let fx = i.turn_started(MsgId(1), 5);
+        assert!(
+            matches!(&fx[..], [Effect::Save(m)] if m.id == MsgId(1) && m.state == ReceiptState::Accepted)
+        );
+        assert!(i.target_status(view(Status::Working), 6).is_empty());
         // Turn ends: the next idle takes the second.
-        let fx = i.target_status(view(Status::Idle), 5);
+        let fx = i.target_status(view(Status::Idle), 7);
         assert!(fx.contains(&Effect::TurnEnded {
             msg: MsgId(1),
             ticket: Some(TicketId(1))
         }));
         assert_eq!(delivered(&fx), vec![2]);
+        // Evidence for a message that is not in flight changes nothing.
+        assert!(i.turn_started(MsgId(1), 8).is_empty());
     }
 
     #[test]
-    fn a_hostile_body_is_queued_safe_and_the_receipt_says_so() {
+    fn a_quick_turn_ends_at_the_next_idle_after_its_start() {
         let mut i = inj(10);
-        let mut m = msg(1);
-        m.body = "hi\x1b[201~\rkill -9 $PPID\r".into();
-        let fx = i.enqueue(m, 0).unwrap();
-        let Effect::Save(saved) = &fx[0] else {
-            panic!("{fx:?}")
-        };
-        assert_eq!(saved.body, "hi^[[201~^Mkill -9 $PPID^M");
-        let note = saved.altered.as_deref().unwrap_or_default();
-        assert!(note.contains("3 control characters"), "{note}");
-        // Clean text is untouched and carries no note.
-        let fx = i.enqueue(msg(2), 0).unwrap();
-        assert!(matches!(&fx[0], Effect::Save(m) if m.altered.is_none() && m.body == "m2"));
+        i.enqueue(msg(1), 0).unwrap();
+        i.enqueue(msg(2), 0).unwrap();
+        assert_eq!(delivered(&i.target_status(view(Status::Idle), 1)), vec![1]);
+        // The slot reports the start while the view it last sent still says idle: the next
+        // message waits for the status that follows, never rides on the stale idle.
+        assert!(delivered(&i.turn_started(MsgId(1), 2)).is_empty());
+        let fx = i.target_status(view(Status::Idle), 3);
+        assert!(matches!(fx[0], Effect::TurnEnded { msg: MsgId(1), .. }));
+        assert_eq!(delivered(&fx), vec![2]);
     }
 
     #[test]
-    fn stall_is_reported_and_held_then_late_accept() {
+    fn not_started_is_stalled_with_the_reason_and_held_then_late_accept() {
         let mut i = inj(10);
         i.enqueue(msg(1), 0).unwrap();
         i.enqueue(msg(2), 0).unwrap();
         assert_eq!(delivered(&i.target_status(view(Status::Idle), 10)), vec![1]);
-        assert!(i.tick(1_009).is_empty());
-        let fx = i.tick(1_010);
+        let fx = i.not_started(MsgId(1), "the screen showed: > m1", 1_010);
         assert!(
-            matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled && m.note.is_some())
+            matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
+                && m.note.as_deref().is_some_and(|n| n.contains("> m1") && n.contains("held")))
         );
         // Held: the idle target does not get the next message pasted on top.
         assert!(delivered(&i.target_status(view(Status::Idle), 1_100)).is_empty());
         assert!(i.is_stalled());
-        // The target starts work after all: the stalled message is accepted late.
-        let fx = i.target_status(view(Status::Working), 1_200);
+        // The turn starts after all: the stalled message is accepted late.
+        let fx = i.turn_started(MsgId(1), 1_200);
         assert!(fx.iter().any(|e| matches!(e, Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Accepted)));
+        i.target_status(view(Status::Working), 1_250);
         assert_eq!(
             delivered(&i.target_status(view(Status::Idle), 1_300)),
             vec![2]
         );
+    }
+
+    #[test]
+    fn the_backstop_stalls_a_paste_its_slot_never_reported_on() {
+        let mut i = inj(10);
+        i.enqueue(msg(1), 0).unwrap();
+        i.target_status(view(Status::Idle), 10);
+        let at = 10 + 2 * 1_000 + BACKSTOP_GRACE_MS;
+        assert_eq!(i.next_deadline(), Some(at));
+        assert!(i.tick(at - 1).is_empty());
+        let fx = i.tick(at);
+        assert!(
+            matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
+            && m.note.as_deref().is_some_and(|n| n.contains("no word from the terminal")))
+        );
+        assert_eq!(i.next_deadline(), None);
     }
 
     #[test]
@@ -502,12 +524,6 @@ mod tests {
             2,
         );
         assert_eq!(delivered(&fx), vec![1]);
-        // Leaving blocked is acceptance.
-        let fx = i.target_status(view(Status::Working), 3);
-        assert!(
-            fx.iter()
-                .any(|e| matches!(e, Effect::Save(m) if m.state == ReceiptState::Accepted))
-        );
     }
 
     #[test]
@@ -545,7 +561,10 @@ mod tests {
         assert_eq!(i.in_flight().map(|m| m.id), Some(MsgId(1)));
         // Not delivered twice on the first idle after a restart.
         assert!(delivered(&i.target_status(view(Status::Idle), 110)).is_empty());
-        assert!(matches!(&i.tick(150)[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled));
+        let backstop = 100 + 2 * 50 + BACKSTOP_GRACE_MS;
+        assert!(
+            matches!(&i.tick(backstop)[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled)
+        );
     }
 
     #[derive(Clone, Debug)]
@@ -553,45 +572,67 @@ mod tests {
         Send,
         Status(u8),
         Tick(u16),
+        /// The slot's word on the message in flight: started (true) or not (false).
+        Word(bool),
     }
 
     proptest! {
-        /// For any interleaving: deliveries follow send order, never two messages in one turn
-        /// (between deliveries the target left the delivery status and came back), only to an
-        /// injectable target, and every message is in exactly one state at the end.
+        /// For any interleaving: deliveries follow send order, only to an injectable target,
+        /// never a second one before the first's turn started and then the target came back
+        /// to a status it can take; accepted only on the slot's word; every message is in
+        /// exactly one state at the end.
         #[test]
         fn fifo_and_one_per_turn(evs in proptest::collection::vec(prop_oneof![
             Just(Ev::Send),
             (0u8..5).prop_map(Ev::Status),
             (0u16..1500).prop_map(Ev::Tick),
+            any::<bool>().prop_map(Ev::Word),
         ], 1..120)) {
             let mut i = inj(1000);
             let mut now = 0u64;
             let mut next = 1u64;
             let mut order = vec![];
             let mut status = Status::Starting;
-            let mut left_since_delivery = true;
+            // The message pasted last, whether its turn started, and whether the target came
+            // back to a status that can take a message since then.
+            let mut last: Option<(u64, bool, bool)> = None;
             let mut states: std::collections::BTreeMap<u64, ReceiptState> = Default::default();
             for e in evs {
                 let fx = match e {
                     Ev::Send => { let id = next; next += 1; i.enqueue(msg(id), now).unwrap() }
                     Ev::Status(s) => {
                         let st = [Status::Working, Status::Idle, Status::Blocked, Status::Idle, Status::Working][s as usize];
-                        if st != status { left_since_delivery = true; }
                         status = st;
-                        i.target_status(TargetView { status: st, injectable: s != 2 }, now)
+                        let v = TargetView { status: st, injectable: s != 2 };
+                        if let Some((_, true, back)) = &mut last && v.can_take() { *back = true; }
+                        i.target_status(v, now)
                     }
                     Ev::Tick(dt) => { now += dt as u64; i.tick(now) }
+                    Ev::Word(started) => match i.in_flight().map(|m| m.id) {
+                        Some(id) if started => {
+                            if let Some((l, s, _)) = &mut last && *l == id.0 { *s = true; }
+                            i.turn_started(id, now)
+                        }
+                        Some(id) => i.not_started(id, "screen", now),
+                        None => vec![],
+                    },
                 };
                 for f in fx {
                     match f {
                         Effect::Deliver(m) => {
                             prop_assert!(status == Status::Idle || status == Status::Blocked);
-                            prop_assert!(left_since_delivery, "two deliveries in one turn");
-                            left_since_delivery = false;
+                            if let Some((_, started, back)) = last {
+                                prop_assert!(started && back, "a second paste before the first's turn ended");
+                            }
+                            last = Some((m.id.0, false, false));
                             order.push(m.id.0);
                         }
-                        Effect::Save(m) => { states.insert(m.id.0, m.state); }
+                        Effect::Save(m) => {
+                            if m.state == ReceiptState::Accepted {
+                                prop_assert!(last.is_some_and(|(l, s, _)| l == m.id.0 && s), "accepted without the slot's word");
+                            }
+                            states.insert(m.id.0, m.state);
+                        }
                         Effect::TurnEnded { .. } => {}
                     }
                 }

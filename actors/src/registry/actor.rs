@@ -42,6 +42,11 @@ pub enum RegistryMsg {
         pid: Option<u32>,
         host_pid: Option<u32>,
     },
+    /// The agent reported its session id (durable, for resume).
+    Session {
+        name: MemberName,
+        id: String,
+    },
     Members {
         reply: RpcReplyPort<Vec<MemberRecord>>,
     },
@@ -249,6 +254,16 @@ impl Actor for RegistryActor {
             }
             RegistryMsg::Status { name, status } => {
                 st.core.set_status(&name, status, now);
+            }
+            RegistryMsg::Session { name, id } => {
+                if st.core.set_session(&name, &id)
+                    && let Some(rec) = st.core.member(&name).cloned()
+                {
+                    tracing::info!(member = %name, session = %id, "agent session recorded");
+                    if let Err(e) = st.ctx.store.run(move |s| s.save_member(&rec)).await {
+                        tracing::error!(error = %e, "could not persist the member's session id");
+                    }
+                }
             }
             RegistryMsg::Pids {
                 name,

@@ -42,6 +42,28 @@ pub struct MemberRecord {
     pub charter_sha256: String,
     /// Bumped at every spawn under this name, so a stale terminal is never mistaken for a new one.
     pub generation: u64,
+    /// The agent's own session id, as its hooks reported it (`fleetd spawn --resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The member's own git worktree (`--worktree`), removed at its exit unless it holds
+    /// commits not merged elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Worktree>,
+    /// The directory it was started in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// A member's git worktree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worktree {
+    /// The worktree's directory (under the state dir) and the member's cwd.
+    pub path: String,
+    /// Its branch.
+    pub branch: String,
+    /// The repository it was made from, and the commit it started at.
+    pub repo: String,
+    pub base: String,
 }
 
 impl MemberRecord {
@@ -433,6 +455,17 @@ impl Registry {
         }
     }
 
+    /// The agent reported its own session id (for resume); true if it changed.
+    pub fn set_session(&mut self, name: &MemberName, id: &str) -> bool {
+        match self.members.get_mut(name) {
+            Some(m) if m.session_id.as_deref() != Some(id) => {
+                m.session_id = Some(id.to_string());
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Withdraw a queued spawn (its caller went away).
     pub fn cancel_waiter(&mut self, waiter: u64) {
         for q in self.waiters.values_mut() {
@@ -634,6 +667,9 @@ mod tests {
             exit: None,
             charter_sha256: String::new(),
             generation: 1,
+            session_id: None,
+            worktree: None,
+            cwd: None,
         }
     }
 

@@ -17,7 +17,7 @@ use crate::injector::actor::InjectorMsg;
 use crate::injector::state::{Message, TargetView, delivery_text};
 use crate::registry::actor::RegistryMsg;
 use crate::registry::state::{ExitInfo, MemberRecord};
-use crate::slot::state::{Cause, Effect, SlotCore, SlotSettings};
+use crate::slot::state::{Cause, Effect, Signal, SlotCore, SlotSettings};
 use crate::term::{TermEvent, TermHandle, TermInput};
 use crate::types::{MemberName, Millis, Role, Status};
 
@@ -32,7 +32,7 @@ pub enum SlotMsg {
         msg: Box<Message>,
     },
     Signal {
-        status: Status,
+        signal: Signal,
         reply: RpcReplyPort<Result<(), FleetError>>,
     },
     View {
@@ -58,6 +58,8 @@ pub enum SlotMsg {
         reply: RpcReplyPort<()>,
     },
     Reload,
+    /// The member's `fleetd mcp` listed the fleet tools.
+    ToolsListed,
     /// Tell the injector the current status (it just started). Sent through the same path as
     /// every status change, so a stale view can never overtake a newer one.
     Announce,
@@ -93,7 +95,6 @@ pub struct SlotActorState {
     generation: u64,
     core: SlotCore,
     profile_name: String,
-    enter_delay_ms: u64,
     input: Option<mpsc::Sender<TermInput>>,
     out: broadcast::Sender<Vec<u8>>,
     timer: Timer,
@@ -115,22 +116,19 @@ fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
             c.lifecycle.idle_ttl_seconds.saturating_mul(1000)
         },
         tail_lines: c.tickets.tail_lines,
+        accept_timeout_ms: c.injector.accept_timeout_ms,
     }
 }
 
-fn profile(ctx: &SharedCtx, name: &str) -> (CompiledProfile, u64) {
+fn profile(ctx: &SharedCtx, name: &str) -> CompiledProfile {
     let c = ctx.config();
     match c.compiled_profile(name) {
-        Ok(p) => {
-            let d = p.enter_delay_ms;
-            (p, d)
-        }
+        Ok(p) => p,
         Err(e) => {
             tracing::warn!(profile = name, error = %e, "profile unavailable; reading the screen with generic rules");
-            let p = Profile::default();
-            // The generic default regex is a constant that compiles.
-            let cp = CompiledProfile::compile("generic", &p).unwrap_or_else(|_| unreachable!());
-            (cp, 0)
+            // The generic profile has no regex to fail.
+            CompiledProfile::compile("generic", &Profile::default())
+                .unwrap_or_else(|_| unreachable!())
         }
     }
 }
@@ -144,7 +142,8 @@ fn describe_exit(code: Option<i32>, signal: &Option<String>) -> String {
 }
 
 impl SlotActorState {
-    fn apply(&mut self, fx: Vec<Effect>) {
+    async fn apply(&mut self, fx: Vec<Effect>) {
+        let mut announce = false;
         for e in fx {
             match e {
                 Effect::Status {
@@ -179,6 +178,48 @@ impl SlotActorState {
                         .into(),
                     });
                 }
+                Effect::Write(bytes) => {
+                    let written = match &self.input {
+                        Some(i) => i
+                            .send(TermInput::Bytes(bytes))
+                            .await
+                            .map_err(|_| "the terminal is closed"),
+                        None => Err("the terminal is closed"),
+                    };
+                    if let Err(why) = written
+                        && let Some(id) = self.core.paste_in_flight()
+                        && let Some(i) = self.ctx.dir.injector(&self.name)
+                    {
+                        i.cast(InjectorMsg::PasteResult {
+                            id,
+                            result: Err(why.to_string()),
+                        });
+                    }
+                }
+                Effect::TurnStarted { msg, by } => {
+                    tracing::debug!(member = %self.name, %msg, ?by, "turn started on the paste");
+                    if let Some(i) = self.ctx.dir.injector(&self.name) {
+                        i.cast(InjectorMsg::TurnStarted { id: msg });
+                    }
+                    // Then the status after this start, even if it did not change (a quick
+                    // turn may already be over).
+                    announce = true;
+                }
+                Effect::NotStarted {
+                    msg,
+                    waited_ms,
+                    screen,
+                } => {
+                    let why = format!(
+                        "`{}` did not start a turn on it within {waited_ms} ms of the Enter \
+                         (no turn-start hook, no busy marker); the screen showed:\n{screen}",
+                        self.name
+                    );
+                    tracing::info!(member = %self.name, %msg, "paste not taken");
+                    if let Some(i) = self.ctx.dir.injector(&self.name) {
+                        i.cast(InjectorMsg::NotStarted { id: msg, why });
+                    }
+                }
                 Effect::Reap { idle_ms } => {
                     let ttl = self.ctx.config().lifecycle.idle_ttl_seconds;
                     let reason = format!(
@@ -193,6 +234,12 @@ impl SlotActorState {
                     self.terminate(reason);
                 }
             }
+        }
+        if announce && let Some(i) = self.ctx.dir.injector(&self.name) {
+            i.cast(InjectorMsg::Target(TargetView {
+                status: self.core.status(),
+                injectable: self.core.injectable(),
+            }));
         }
     }
 
@@ -222,7 +269,7 @@ impl SlotActorState {
         self.done = true;
         let now = self.ctx.now();
         let fx = self.core.exited(now);
-        self.apply(fx);
+        self.apply(fx).await;
         let reason = match self.exit_reason.take() {
             Some(r) => r,
             None if code.is_some() || signal.is_some() => describe_exit(code, &signal),
@@ -311,7 +358,7 @@ impl Actor for SlotActor {
             .ok_or_else(|| {
                 FleetError::internal(format!("slot of `{name}`"), "no member record in the store")
             })?;
-        let (prof, enter_delay_ms) = profile(&ctx, &record.profile);
+        let prof = profile(&ctx, &record.profile);
         let now = ctx.now();
         let mut core = SlotCore::new(prof, settings(&ctx, record.role), now);
         let (out, _) = broadcast::channel(256);
@@ -364,7 +411,6 @@ impl Actor for SlotActor {
             generation: record.generation,
             core,
             profile_name: record.profile.clone(),
-            enter_delay_ms,
             input,
             out,
             timer: Timer::new(),
@@ -438,7 +484,7 @@ impl Actor for SlotActor {
                 TermEvent::Output(bytes) => {
                     let fx = st.core.output(&bytes, now);
                     let _ = st.out.send(bytes);
-                    st.apply(fx);
+                    st.apply(fx).await;
                 }
                 TermEvent::Exited { code, signal } => {
                     st.finish(&myself, code, signal, "exited".into()).await;
@@ -463,43 +509,16 @@ impl Actor for SlotActor {
             SlotMsg::Tick => {
                 st.timer.fired();
                 let fx = st.core.tick(now);
-                st.apply(fx);
+                st.apply(fx).await;
             }
             SlotMsg::Paste { msg } => {
-                let bytes = crate::sanitize::paste_bytes(
-                    &delivery_text(&msg),
-                    st.core.bracketed_paste(),
-                );
-                let result = match &st.input {
-                    Some(i) => {
-                        let r = i.send(TermInput::Bytes(bytes)).await;
-                        if r.is_ok() && st.enter_delay_ms == 0 {
-                            i.send(TermInput::Bytes(b"\r".to_vec())).await
-                        } else if r.is_ok() {
-                            let i = i.clone();
-                            let d = st.enter_delay_ms;
-                            tokio::spawn(async move {
-                                tokio::time::sleep(Duration::from_millis(d)).await;
-                                let _ = i.send(TermInput::Bytes(b"\r".to_vec())).await;
-                            });
-                            Ok(())
-                        } else {
-                            r
-                        }
-                    }
-                    None => Err(mpsc::error::SendError(TermInput::Detach)),
-                };
-                let result = result.map_err(|_| "the terminal is closed".to_string());
-                if result.is_ok() {
-                    st.core.injected(now);
-                }
-                if let Some(i) = st.ctx.dir.injector(&st.name) {
-                    i.cast(InjectorMsg::PasteResult { id: msg.id, result });
-                }
+                let fx = st.core.paste(msg.id, &delivery_text(&msg), now);
+                st.apply(fx).await;
             }
-            SlotMsg::Signal { status, reply } => {
-                let fx = st.core.signal(status, now);
-                st.apply(fx);
+            SlotMsg::Signal { signal, reply } => {
+                tracing::debug!(member = %st.name, signal = signal.name(), "signal");
+                let fx = st.core.signal(signal, now);
+                st.apply(fx).await;
                 let _ = reply.send(Ok(()));
             }
             SlotMsg::View { reply } => {
@@ -539,10 +558,12 @@ impl Actor for SlotActor {
                 st.terminate(reason);
             }
             SlotMsg::Reload => {
-                let (p, d) = profile(&st.ctx, &st.profile_name);
-                st.core.set_profile(p);
-                st.enter_delay_ms = d;
+                st.core.set_profile(profile(&st.ctx, &st.profile_name));
                 st.core.set_settings(settings(&st.ctx, st.role));
+            }
+            SlotMsg::ToolsListed => {
+                let fx = st.core.tools_listed(now);
+                st.apply(fx).await;
             }
             SlotMsg::Announce => {
                 if let Some(i) = st.ctx.dir.injector(&st.name) {

@@ -1,17 +1,34 @@
-//! The member slot core: a member's screen model and its status.
+//! The member slot core: a member's screen model, its status, and the paste in flight.
 //!
 //! Owns the vt100 screen (a pure in-memory model fed the terminal's output bytes), the status
-//! rules (`starting | working | idle | blocked | exited` from the profile's regexes and a
-//! screen-stability window, overridden by explicit signals from agent hooks), the idle-TTL reap
-//! decision, and the transcript tail. Pure: bytes and time in, effects out. Must never read or
-//! write a terminal, a file or a socket.
+//! rules (`starting | working | idle | blocked | exited`), the idle-TTL reap decision, the
+//! transcript tail, and the life of one paste: its bytes, its Enter (after the profile's delay),
+//! and the evidence that the agent started a turn on it.
+//!
+//! Status: hooks first, screen second. A hook's signal (`fleetd signal`) sets the status and
+//! holds it until the next signal, unless the screen has since changed and then read otherwise
+//! for `hook_yield_ms` (a hook that never came). The screen is read by the profile's regexes:
+//! a change shows at once when it shows work (the busy marker, or anything that is not the
+//! prompt); idle needs the screen still for `stable_ms`, so a footer that redraws does not
+//! flip the status. A permission dialog on screen always wins: it is `blocked` and not
+//! injectable whatever any signal said (a profile may declare its dialogs injectable; a signal
+//! never can).
+//!
+//! Acceptance: a paste counts as taken only on evidence that the agent started a turn on it,
+//! after its Enter: a turn-started hook whose prompt carries the message's header, or the busy
+//! marker (or a permission dialog, which only a turn opens) on screen; for a profile without a
+//! busy marker, any change of the screen. Without evidence
+//! within the accept timeout the core reports what the screen shows.
+//!
+//! Pure: bytes, signals and time in, effects out. Must never read or write a terminal, a file
+//! or a socket.
 
 use std::num::NonZeroU16;
 
 use crate::config::CompiledProfile;
-use crate::types::{Millis, Status};
+use crate::types::{Millis, MsgId, Status};
 
-/// How a stable screen reads under a profile.
+/// How a screen reads under a profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Classified {
     pub status: Status,
@@ -19,47 +36,103 @@ pub struct Classified {
     pub injectable: bool,
 }
 
+const WORKING: Classified = Classified {
+    status: Status::Working,
+    injectable: false,
+};
+const IDLE: Classified = Classified {
+    status: Status::Idle,
+    injectable: true,
+};
+
 /// The part of the screen the regexes look at: its last `n` non-blank lines.
 pub fn scan_window(screen: &str, n: usize) -> String {
     let lines: Vec<&str> = screen.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Classify a stable screen: busy beats permission beats question beats prompt; anything else
-/// is work in progress. Only the last `scan_lines` non-blank lines count.
+fn hit(re: &Option<regex::Regex>, text: &str) -> bool {
+    re.as_ref().is_some_and(|r| r.is_match(text))
+}
+
+/// Classify a stable screen: busy beats permission beats question beats the empty prompt
+/// (idle) beats the input box with text in it (idle, but nothing is pasted on top of it);
+/// anything else is work in progress. A profile without a prompt regex reads a still screen
+/// as idle. Only the last `scan_lines` non-blank lines count.
 pub fn classify(profile: &CompiledProfile, screen: &str) -> Classified {
     let window = scan_window(screen, profile.scan_lines);
-    let screen = window.as_str();
-    let hit = |re: &Option<regex::Regex>| re.as_ref().is_some_and(|r| r.is_match(screen));
-    if hit(&profile.busy) {
-        Classified {
-            status: Status::Working,
-            injectable: false,
-        }
-    } else if hit(&profile.permission) {
+    let w = window.as_str();
+    if hit(&profile.busy, w) {
+        WORKING
+    } else if hit(&profile.permission, w) {
         Classified {
             status: Status::Blocked,
             injectable: profile.permission_injectable,
         }
-    } else if hit(&profile.blocked) {
+    } else if hit(&profile.blocked, w) {
         Classified {
             status: Status::Blocked,
             injectable: true,
         }
-    } else if profile.prompt.is_match(screen) {
+    } else if profile.prompt.as_ref().is_none_or(|p| p.is_match(w)) {
+        IDLE
+    } else if hit(&profile.input, w) {
         Classified {
             status: Status::Idle,
-            injectable: true,
+            injectable: false,
         }
     } else {
-        Classified {
-            status: Status::Working,
-            injectable: false,
+        WORKING
+    }
+}
+
+/// What an agent's hook (or `fleetd signal STATE`) reports. See `crate::hooks` for how a
+/// CLI's hook payload maps to one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// The agent started a turn (a `UserPromptSubmit`-style hook); `prompt` is the submitted
+    /// text (its start) when the hook carries it.
+    TurnStarted { prompt: Option<String> },
+    /// At work (a tool runs, a dialog was answered).
+    Working,
+    /// The turn ended; the agent waits at its prompt. `turn` is the prompt of the turn that
+    /// ended, when the hook says (Codex's `notify`): evidence for a paste whose start no
+    /// screen frame showed.
+    Idle { turn: Option<String> },
+    /// A permission dialog: blocked, never injectable.
+    Permission,
+    /// A question a message may answer: blocked, injectable.
+    Question,
+    /// A session (re)started: the screen decides again.
+    SessionStart,
+    /// The session is ending: nothing is pasted until the screen or a hook says otherwise.
+    Closing,
+}
+
+impl Signal {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Signal::TurnStarted { .. } => "turn-started",
+            Signal::Working => "working",
+            Signal::Idle { .. } => "idle",
+            Signal::Permission => "permission",
+            Signal::Question => "question",
+            Signal::SessionStart => "session-start",
+            Signal::Closing => "exited",
         }
     }
 }
 
-/// What the shell must do.
+/// What showed that the agent started a turn on a paste.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// A turn-started hook (with the message's header in its prompt, when it carries one).
+    Hook,
+    /// The screen: the busy marker after the Enter (or, without one, a change after it).
+    Screen,
+}
+
+/// What the shell must do, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// The status changed; tell the registry, the injector and the event stream.
@@ -71,6 +144,17 @@ pub enum Effect {
     },
     /// Idle for the whole TTL: stop the member and say why.
     Reap { idle_ms: Millis },
+    /// Write these bytes to the terminal (a paste, then its Enter).
+    Write(Vec<u8>),
+    /// The agent started a turn on the pasted message.
+    TurnStarted { msg: MsgId, by: Evidence },
+    /// No evidence of a turn within the accept timeout after the Enter.
+    NotStarted {
+        msg: MsgId,
+        waited_ms: Millis,
+        /// The last lines of the screen, as the agent shows them now.
+        screen: String,
+    },
 }
 
 /// Why a status changed.
@@ -78,7 +162,7 @@ pub enum Effect {
 pub enum Cause {
     /// The screen changed or was classified.
     Screen,
-    /// An explicit `fleetd signal` from the member's process tree.
+    /// An explicit signal (an agent hook) from the member's process tree.
     Signal,
     /// The process exited.
     Exit,
@@ -92,6 +176,38 @@ pub struct SlotSettings {
     /// 0 = never reap.
     pub idle_ttl_ms: Millis,
     pub tail_lines: usize,
+    /// After the Enter, the agent must show it started a turn within this time.
+    pub accept_timeout_ms: Millis,
+}
+
+/// A status a signal set, and when.
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    class: Classified,
+    at: Millis,
+}
+
+/// The paste in flight.
+#[derive(Clone, Debug)]
+struct Paste {
+    msg: MsgId,
+    /// The header line, which a turn-started hook's prompt must carry to count.
+    marker: String,
+    /// When the Enter is (or was) written.
+    enter_at: Millis,
+    entered: bool,
+    started: bool,
+    reported: bool,
+}
+
+/// The last lines of a screen, for notes.
+fn excerpt(screen: &str, lines: usize) -> String {
+    let ls: Vec<&str> = screen
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    ls[ls.len().saturating_sub(lines)..].join("\n")
 }
 
 /// One member's screen and status.
@@ -99,16 +215,23 @@ pub struct SlotCore {
     parser: vt100::Parser,
     profile: CompiledProfile,
     settings: SlotSettings,
+    /// The status as last published.
     status: Status,
     injectable: bool,
     status_since: Millis,
+    /// What the screen says (quick reading on a change, full reading once stable).
+    screen: Classified,
+    /// A permission dialog is on screen now.
+    dialog: bool,
+    pin: Option<Pin>,
+    /// Until the member's `fleetd mcp` has listed the fleet tools (or this time passes), an
+    /// idle member reads as still starting.
+    tools_until: Option<Millis>,
     last_change: Millis,
     last_contents: String,
     /// The screen changed since it was last classified.
     dirty: bool,
-    /// A status set by an explicit signal; screen rules are suspended until the next message
-    /// goes in (or the next signal).
-    pinned: bool,
+    paste: Option<Paste>,
     reaped: bool,
 }
 
@@ -121,6 +244,7 @@ fn nz(v: u16, dflt: u16) -> NonZeroU16 {
 impl SlotCore {
     pub fn new(profile: CompiledProfile, settings: SlotSettings, now: Millis) -> Self {
         let parser = vt100::Parser::new(nz(settings.rows, 40), nz(settings.cols, 120), 0);
+        let tools_until = (profile.wait_for_tools_ms > 0).then(|| now + profile.wait_for_tools_ms);
         SlotCore {
             parser,
             profile,
@@ -128,24 +252,38 @@ impl SlotCore {
             status: Status::Starting,
             injectable: false,
             status_since: now,
+            screen: Classified {
+                status: Status::Starting,
+                injectable: false,
+            },
+            dialog: false,
+            pin: None,
+            tools_until,
             last_change: now,
             last_contents: String::new(),
             dirty: false,
-            pinned: false,
+            paste: None,
             reaped: false,
         }
     }
 
     /// Restore after a restart: the terminal host's snapshot primes the screen, and the status
-    /// the store remembered is kept until the screen is classified again.
+    /// the store remembered is kept until the screen is classified again. A running agent
+    /// listed its tools long ago: no wait for them.
     pub fn restore(&mut self, snapshot: &[u8], status: Status, since: Millis) {
+        self.tools_until = None;
         self.parser.process(snapshot);
         self.last_contents = self.parser.screen().contents();
         if status != Status::Exited {
             self.status = status;
             self.status_since = since;
             self.injectable = status == Status::Idle;
+            self.screen = Classified {
+                status,
+                injectable: self.injectable,
+            };
         }
+        self.dialog = self.dialog_in(&self.last_contents.clone());
         // Classify the restored screen once it has been still for the window.
         self.dirty = true;
     }
@@ -169,6 +307,7 @@ impl SlotCore {
     pub fn set_settings(&mut self, settings: SlotSettings) {
         self.settings.idle_ttl_ms = settings.idle_ttl_ms;
         self.settings.tail_lines = settings.tail_lines;
+        self.settings.accept_timeout_ms = settings.accept_timeout_ms;
     }
 
     pub fn status(&self) -> Status {
@@ -183,8 +322,14 @@ impl SlotCore {
         self.status_since
     }
 
+    /// The message whose paste is in flight (pasted, its turn not yet seen to start).
+    pub fn paste_in_flight(&self) -> Option<MsgId> {
+        self.paste.as_ref().filter(|p| !p.started).map(|p| p.msg)
+    }
+
+    /// Whether a signal's status holds (the screen rules wait).
     pub fn is_pinned(&self) -> bool {
-        self.pinned
+        self.pin.is_some()
     }
 
     /// The screen as plain text.
@@ -204,40 +349,85 @@ impl SlotCore {
 
     /// The last `tail_lines` non-blank lines of the screen.
     pub fn tail(&self) -> String {
-        let text = self.screen_text();
-        let lines: Vec<&str> = text
-            .lines()
-            .map(|l| l.trim_end())
-            .filter(|l| !l.is_empty())
-            .collect();
-        let start = lines.len().saturating_sub(self.settings.tail_lines);
-        lines[start..].join("\n")
+        excerpt(&self.screen_text(), self.settings.tail_lines)
     }
 
-    fn set(
-        &mut self,
-        to: Status,
-        injectable: bool,
-        cause: Cause,
-        now: Millis,
-        fx: &mut Vec<Effect>,
-    ) {
+    fn dialog_in(&self, contents: &str) -> bool {
+        hit(
+            &self.profile.permission,
+            &scan_window(contents, self.profile.scan_lines),
+        )
+    }
+
+    /// The status the rules give now: the exit, else a dialog on screen, else a signal's, else
+    /// the screen's; an idle member whose tools are not listed yet is still starting.
+    fn effective(&self) -> Classified {
+        if self.dialog {
+            return Classified {
+                status: Status::Blocked,
+                injectable: self.profile.permission_injectable,
+            };
+        }
+        let c = match &self.pin {
+            Some(p) => p.class,
+            None => self.screen,
+        };
+        if self.tools_until.is_some() && c.status == Status::Idle {
+            return Classified {
+                status: Status::Starting,
+                injectable: false,
+            };
+        }
+        c
+    }
+
+    /// The member's `fleetd mcp` listed the fleet tools: it may take its first message.
+    pub fn tools_listed(&mut self, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        if self.tools_until.take().is_some() {
+            self.refresh(Cause::Screen, now, &mut fx);
+        }
+        fx
+    }
+
+    /// Whether the member still waits for its tools to be listed.
+    pub fn waits_for_tools(&self) -> bool {
+        self.tools_until.is_some()
+    }
+
+    /// Publish the effective status if it changed.
+    fn refresh(&mut self, cause: Cause, now: Millis, fx: &mut Vec<Effect>) {
         if self.status == Status::Exited {
             return;
         }
-        if to != self.status || injectable != self.injectable {
+        let c = self.effective();
+        if c.status != self.status || c.injectable != self.injectable {
             let from = self.status;
-            if to != self.status {
+            if c.status != self.status {
                 self.status_since = now;
             }
-            self.status = to;
-            self.injectable = injectable;
+            self.status = c.status;
+            self.injectable = c.injectable;
             fx.push(Effect::Status {
                 from,
-                to,
-                injectable,
+                to: c.status,
+                injectable: c.injectable,
                 cause,
             });
+        }
+    }
+
+    fn started(&mut self, by: Evidence, fx: &mut Vec<Effect>) {
+        if let Some(p) = &mut self.paste
+            && p.entered
+            && !p.started
+        {
+            p.started = true;
+            fx.push(Effect::TurnStarted { msg: p.msg, by });
+            // Work began: a signal's `idle` no longer holds.
+            if self.pin.is_some_and(|p| p.class == IDLE) {
+                self.pin = None;
+            }
         }
     }
 
@@ -246,32 +436,124 @@ impl SlotCore {
         let mut fx = vec![];
         self.parser.process(bytes);
         let contents = self.parser.screen().contents();
-        if contents != self.last_contents {
-            self.last_contents = contents;
-            self.last_change = now;
-            self.dirty = true;
-            if !self.pinned && self.status != Status::Starting {
-                self.set(Status::Working, false, Cause::Screen, now, &mut fx);
+        if contents == self.last_contents || self.status == Status::Exited {
+            return fx;
+        }
+        let window = scan_window(&contents, self.profile.scan_lines);
+        self.last_contents = contents;
+        self.last_change = now;
+        self.dirty = true;
+        self.dialog = hit(&self.profile.permission, &window);
+        let busy = hit(&self.profile.busy, &window);
+        // The quick reading: work shows at once; idle waits for a still screen.
+        if self.screen.status != Status::Starting {
+            let at_prompt = self
+                .profile
+                .prompt
+                .as_ref()
+                .is_some_and(|p| p.is_match(&window))
+                || hit(&self.profile.blocked, &window);
+            if busy {
+                self.screen = WORKING;
+            } else if at_prompt {
+                // Still at the prompt (a footer redrew): idle stays idle.
+            } else if hit(&self.profile.input, &window) {
+                // Text in the input box: nothing goes on top of it, from now.
+                self.screen.injectable = false;
+            } else {
+                self.screen = WORKING;
             }
+        }
+        // A turn shows as the busy marker, or as a permission dialog (which only a turn
+        // opens); a profile without a busy marker has only the change itself to go on.
+        if self.profile.busy.is_none() || busy || self.dialog {
+            self.started(Evidence::Screen, &mut fx);
+        }
+        self.refresh(Cause::Screen, now, &mut fx);
+        fx
+    }
+
+    /// Paste `text` (already made safe by the caller's rules or not: [`crate::sanitize`] is
+    /// applied here again) as message `msg`, then its Enter after the profile's delay.
+    pub fn paste(&mut self, msg: MsgId, text: &str, now: Millis) -> Vec<Effect> {
+        let bytes = crate::sanitize::paste_bytes(text, self.bracketed_paste());
+        let marker = crate::sanitize::for_terminal(text.lines().next().unwrap_or(""))
+            .0
+            .trim()
+            .to_string();
+        let delay = self.profile.enter_delay_ms;
+        self.paste = Some(Paste {
+            msg,
+            marker,
+            enter_at: now + delay,
+            entered: false,
+            started: false,
+            reported: false,
+        });
+        let mut fx = vec![Effect::Write(bytes)];
+        if delay == 0 {
+            self.enter(now, &mut fx);
         }
         fx
     }
 
-    /// Time passed: classify a screen that has been still for the stability window, and reap a
-    /// member idle for the whole TTL.
+    fn enter(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        if let Some(p) = &mut self.paste
+            && !p.entered
+        {
+            p.entered = true;
+            p.enter_at = now;
+            fx.push(Effect::Write(b"\r".to_vec()));
+        }
+    }
+
+    /// Time passed: the Enter of a paste, classifying a screen that has been still for the
+    /// stability window, a signal that no longer holds, a paste not taken, the idle reap.
     pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
         if self.status == Status::Exited {
             return fx;
         }
-        if !self.pinned
-            && self.dirty
-            && now.saturating_sub(self.last_change) >= self.profile.stable_ms
+        if self
+            .paste
+            .as_ref()
+            .is_some_and(|p| !p.entered && now >= p.enter_at)
         {
-            self.dirty = false;
-            let c = classify(&self.profile, &self.last_contents);
-            self.set(c.status, c.injectable, Cause::Screen, now, &mut fx);
+            self.enter(now, &mut fx);
         }
+        if self.tools_until.is_some_and(|t| now >= t) {
+            // They never came (an agent that lists tools lazily, or none): go ahead anyway.
+            self.tools_until = None;
+        }
+        let still = now.saturating_sub(self.last_change);
+        if self.dirty && still >= self.profile.stable_ms {
+            self.dirty = false;
+            self.screen = classify(&self.profile, &self.last_contents);
+        }
+        if let Some(pin) = self.pin
+            && self.last_change > pin.at
+            && !self.dirty
+            && self.screen != pin.class
+            && still >= self.profile.hook_yield_ms
+        {
+            self.pin = None;
+        }
+        let timeout = self.settings.accept_timeout_ms;
+        if let Some(p) = &mut self.paste
+            && p.entered
+            && !p.started
+            && !p.reported
+            && now >= p.enter_at + timeout
+        {
+            p.reported = true;
+            let (msg, waited_ms) = (p.msg, now - p.enter_at);
+            fx.push(Effect::NotStarted {
+                msg,
+                waited_ms,
+                screen: excerpt(&self.last_contents, 8),
+            });
+        }
+        self.refresh(Cause::Screen, now, &mut fx);
         let ttl = self.settings.idle_ttl_ms;
         if ttl > 0
             && !self.reaped
@@ -291,40 +573,77 @@ impl SlotCore {
         if self.status == Status::Exited {
             return None;
         }
-        let classify_at =
-            (!self.pinned && self.dirty).then_some(self.last_change + self.profile.stable_ms);
-        let reap_at =
-            (self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle)
-                .then_some(self.status_since + self.settings.idle_ttl_ms);
-        match (classify_at, reap_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let mut at: Vec<Millis> = vec![];
+        if self.dirty {
+            at.push(self.last_change + self.profile.stable_ms);
         }
+        if let Some(pin) = self.pin
+            && self.last_change > pin.at
+        {
+            at.push(self.last_change + self.profile.hook_yield_ms.max(self.profile.stable_ms));
+        }
+        if let Some(p) = &self.paste {
+            if !p.entered {
+                at.push(p.enter_at);
+            } else if !p.started && !p.reported {
+                at.push(p.enter_at + self.settings.accept_timeout_ms);
+            }
+        }
+        if let Some(t) = self.tools_until {
+            at.push(t);
+        }
+        if self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle {
+            at.push(self.status_since + self.settings.idle_ttl_ms);
+        }
+        at.into_iter().min()
     }
 
-    /// An explicit signal from the member's own process tree (an agent hook): it wins over the
-    /// screen rules until the next message is injected or the next signal.
-    pub fn signal(&mut self, status: Status, now: Millis) -> Vec<Effect> {
+    /// A signal from the member's own process tree (an agent hook): it sets the status until
+    /// the next one (see the module doc for when the screen takes over again).
+    pub fn signal(&mut self, signal: Signal, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
-        if status == Status::Exited || status == Status::Starting {
+        if self.status == Status::Exited {
             return fx;
         }
-        self.pinned = true;
-        self.set(
-            status,
-            status != Status::Working,
-            Cause::Signal,
-            now,
-            &mut fx,
-        );
+        let pin = |class| Some(Pin { class, at: now });
+        let ours = |prompt: &Option<String>, paste: &Option<Paste>| match (prompt, paste) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(text), Some(p)) => crate::sanitize::for_terminal(text).0.contains(&p.marker),
+        };
+        match signal {
+            Signal::TurnStarted { prompt } => {
+                if ours(&prompt, &self.paste) {
+                    self.started(Evidence::Hook, &mut fx);
+                }
+                self.pin = pin(WORKING);
+            }
+            Signal::Working | Signal::Closing => self.pin = pin(WORKING),
+            Signal::Idle { turn } => {
+                if turn.is_some() && ours(&turn, &self.paste) {
+                    self.started(Evidence::Hook, &mut fx);
+                }
+                self.pin = pin(IDLE);
+            }
+            Signal::Permission => {
+                self.pin = pin(Classified {
+                    status: Status::Blocked,
+                    injectable: false,
+                })
+            }
+            Signal::Question => {
+                self.pin = pin(Classified {
+                    status: Status::Blocked,
+                    injectable: true,
+                })
+            }
+            Signal::SessionStart => {
+                self.pin = None;
+                self.dirty = true;
+            }
+        }
+        self.refresh(Cause::Signal, now, &mut fx);
         fx
-    }
-
-    /// A message was pasted: screen rules resume, so leaving idle can be seen.
-    pub fn injected(&mut self, now: Millis) {
-        self.pinned = false;
-        self.last_change = now;
-        self.dirty = true;
     }
 
     /// The process is gone.
@@ -349,20 +668,40 @@ impl SlotCore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{Config, Profile};
+    use proptest::prelude::*;
+
+    fn settings(ttl: Millis) -> SlotSettings {
+        SlotSettings {
+            rows: 10,
+            cols: 60,
+            idle_ttl_ms: ttl,
+            tail_lines: 3,
+            accept_timeout_ms: 2_000,
+        }
+    }
 
     fn core(ttl: Millis) -> SlotCore {
         let p = Config::default().compiled_profile("sim").unwrap();
-        SlotCore::new(
-            p,
-            SlotSettings {
-                rows: 10,
-                cols: 40,
-                idle_ttl_ms: ttl,
-                tail_lines: 3,
-            },
-            0,
-        )
+        SlotCore::new(p, settings(ttl), 0)
+    }
+
+    /// A profile shaped like a real TUI's: a prompt line, a busy marker, a permission dialog
+    /// with its own selection cursor, an Enter delay.
+    fn tui() -> SlotCore {
+        let p = Profile {
+            command: vec!["tui".into()],
+            prompt: Some("(?m)^> ?$".into()),
+            input: Some("(?m)^> ".into()),
+            busy: Some("esc to interrupt".into()),
+            permission: Some("Do you want to proceed\\?".into()),
+            stable_ms: 100,
+            enter_delay_ms: 50,
+            scan_lines: 6,
+            hook_yield_ms: 1_000,
+            ..Profile::default()
+        };
+        SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0)
     }
 
     fn statuses(fx: &[Effect]) -> Vec<Status> {
@@ -372,6 +711,40 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn started(fx: &[Effect]) -> Vec<(MsgId, Evidence)> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::TurnStarted { msg, by } => Some((*msg, *by)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn writes(fx: &[Effect]) -> Vec<Vec<u8>> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Write(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Redraw the whole screen (as TUIs do): `lines` from the top.
+    fn frame(lines: &[&str]) -> Vec<u8> {
+        let mut b = b"\x1b[2J\x1b[H".to_vec();
+        b.extend_from_slice(lines.join("\r\n").as_bytes());
+        b
+    }
+
+    fn idle_tui() -> SlotCore {
+        let mut c = tui();
+        c.output(b"\x1b[?2004h", 0);
+        c.output(&frame(&["welcome", "> ", "? for shortcuts"]), 0);
+        c.tick(100);
+        assert_eq!(c.status(), Status::Idle);
+        c
     }
 
     #[test]
@@ -401,6 +774,9 @@ mod tests {
                 "{screen:?}"
             );
         }
+        // Without a prompt regex a still screen is idle.
+        let g = CompiledProfile::compile("generic", &Profile::default()).unwrap();
+        assert_eq!(classify(&g, "anything at all"), IDLE);
     }
 
     #[test]
@@ -410,7 +786,7 @@ mod tests {
         assert_eq!(c.status(), Status::Starting);
         assert!(c.tick(149).is_empty());
         assert_eq!(statuses(&c.tick(150)), vec![Status::Idle]);
-        // Any change means working at once.
+        // Work shows at once.
         assert_eq!(
             statuses(&c.output(b"task\r\n* working on task", 200)),
             vec![Status::Working]
@@ -424,32 +800,248 @@ mod tests {
     }
 
     #[test]
-    fn prompt_after_work_is_idle_again() {
-        let mut c = core(0);
-        c.output(b"sim> ", 0);
-        c.tick(200);
-        c.output(b"go\r\n* working\r\n", 300);
-        assert_eq!(c.status(), Status::Working);
-        c.output(b"\x1b[2J\x1b[Hdone\r\nsim> ", 400);
-        assert_eq!(statuses(&c.tick(600)), vec![Status::Idle]);
+    fn a_redrawn_footer_does_not_flip_idle_but_work_shows_at_once() {
+        let mut c = idle_tui();
+        for (i, footer) in ["● high · /effort", "? for shortcuts", "● high · /effort"]
+            .iter()
+            .enumerate()
+        {
+            let at = 200 + 100 * i as u64;
+            assert!(c.output(&frame(&["welcome", "> ", footer]), at).is_empty());
+            assert!(c.tick(at + 100).is_empty());
+            assert_eq!(c.status(), Status::Idle);
+        }
+        // Text typed into the input box is not work either, but nothing goes on top of it.
+        let fx = c.output(&frame(&["welcome", "> hello", "? for shortcuts"]), 600);
+        assert_eq!(
+            fx,
+            vec![Effect::Status {
+                from: Status::Idle,
+                to: Status::Idle,
+                injectable: false,
+                cause: Cause::Screen
+            }]
+        );
+        c.tick(700);
+        assert_eq!((c.status(), c.injectable()), (Status::Idle, false));
+        c.output(&frame(&["welcome", "> ", "? for shortcuts"]), 750);
+        c.tick(850);
+        assert_eq!((c.status(), c.injectable()), (Status::Idle, true));
+        // The busy marker is.
+        let fx = c.output(&frame(&["welcome", "> ", "* esc to interrupt"]), 700);
+        assert_eq!(statuses(&fx), vec![Status::Working]);
+        // So is a screen the profile cannot read.
+        let mut g = idle_tui();
+        assert_eq!(
+            statuses(&g.output(&frame(&["a full-screen pager"]), 300)),
+            vec![Status::Working]
+        );
     }
 
     #[test]
-    fn signal_wins_until_next_injection() {
-        let mut c = core(0);
-        c.output(b"sim> ", 0);
-        c.tick(200);
+    fn a_paste_is_written_then_its_enter_then_accepted_on_the_busy_marker() {
+        let mut c = idle_tui();
+        let fx = c.paste(MsgId(7), "[fleet ticket t-7 from lead]\nhello", 1_000);
+        let w = writes(&fx);
+        assert_eq!(w.len(), 1, "the Enter waits for the delay");
+        assert!(w[0].starts_with(b"\x1b[200~") && w[0].ends_with(b"\x1b[201~"));
+        assert_eq!(c.next_deadline(), Some(1_050));
+        // The echo in the input box is no evidence.
+        let fx = c.output(
+            &frame(&["welcome", "> [Pasted text +2 lines]", "? for shortcuts"]),
+            1_010,
+        );
+        assert!(started(&fx).is_empty());
+        assert_eq!(writes(&c.tick(1_050)), vec![b"\r".to_vec()]);
+        let fx = c.output(&frame(&["> hello", "", "* esc to interrupt"]), 1_100);
+        assert_eq!(started(&fx), vec![(MsgId(7), Evidence::Screen)]);
+        assert_eq!(statuses(&fx), vec![Status::Working]);
+        // Once only.
+        assert!(
+            started(&c.output(&frame(&["> hello", "x", "* esc to interrupt"]), 1_200)).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_paste_left_in_the_input_box_is_reported_with_the_screen() {
+        let mut c = idle_tui();
+        c.paste(MsgId(1), "[fleet ticket t-1 from lead]\nplease", 0);
+        c.tick(50);
+        c.output(
+            &frame(&[
+                "welcome",
+                "> [fleet ticket t-1 from lead] please",
+                "? for shortcuts",
+            ]),
+            60,
+        );
         assert_eq!(
-            statuses(&c.signal(Status::Blocked, 300)),
+            (c.status(), c.injectable()),
+            (Status::Idle, false),
+            "the text sits in the input box"
+        );
+        assert_eq!(c.next_deadline(), Some(160), "classify first");
+        c.tick(160);
+        assert_eq!(c.next_deadline(), Some(2_050));
+        let fx = c.tick(2_050);
+        let Some(Effect::NotStarted {
+            msg,
+            waited_ms,
+            screen,
+        }) = fx.first()
+        else {
+            panic!("{fx:?}")
+        };
+        assert_eq!((*msg, *waited_ms), (MsgId(1), 2_000));
+        assert!(
+            screen.contains("> [fleet ticket t-1 from lead] please"),
+            "{screen}"
+        );
+        assert!(c.tick(5_000).is_empty(), "reported once");
+        // It still counts if the turn starts later (someone pressed Enter).
+        let fx = c.signal(
+            Signal::TurnStarted {
+                prompt: Some("[fleet ticket t-1 from lead]\nplease".into()),
+            },
+            6_000,
+        );
+        assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Hook)]);
+    }
+
+    #[test]
+    fn a_turn_started_hook_counts_only_for_the_pasted_message() {
+        let mut c = idle_tui();
+        c.paste(MsgId(3), "[fleet ticket t-3 from lead]\nx", 0);
+        c.tick(50);
+        // The operator's own prompt: work, but not this message's turn.
+        let fx = c.signal(
+            Signal::TurnStarted {
+                prompt: Some("what time is it".into()),
+            },
+            60,
+        );
+        assert!(started(&fx).is_empty());
+        assert_eq!(statuses(&fx), vec![Status::Working]);
+        let fx = c.signal(
+            Signal::TurnStarted {
+                prompt: Some("[fleet ticket t-3 from lead]\nx".into()),
+            },
+            70,
+        );
+        assert_eq!(started(&fx), vec![(MsgId(3), Evidence::Hook)]);
+        // A hook without the prompt text counts for the paste in flight, after its Enter only.
+        let mut c = idle_tui();
+        c.paste(MsgId(4), "[fleet ticket t-4 from lead]\nx", 0);
+        assert!(started(&c.signal(Signal::TurnStarted { prompt: None }, 10)).is_empty());
+        let mut c = idle_tui();
+        c.paste(MsgId(5), "[fleet ticket t-5 from lead]\nx", 0);
+        c.tick(50);
+        assert_eq!(
+            started(&c.signal(Signal::TurnStarted { prompt: None }, 60)),
+            vec![(MsgId(5), Evidence::Hook)]
+        );
+        // Codex's notify says so at the turn's end.
+        let mut c = idle_tui();
+        c.paste(MsgId(6), "[fleet ticket t-6 from lead]\nx", 0);
+        c.tick(50);
+        let fx = c.signal(
+            Signal::Idle {
+                turn: Some("[fleet ticket t-6 from lead]\nx".into()),
+            },
+            60,
+        );
+        assert_eq!(started(&fx), vec![(MsgId(6), Evidence::Hook)]);
+    }
+
+    #[test]
+    fn hooks_first_the_dialog_on_screen_always_wins() {
+        let mut c = idle_tui();
+        assert_eq!(
+            statuses(&c.signal(Signal::Permission, 200)),
             vec![Status::Blocked]
         );
-        // Screen rules are suspended: a stable prompt does not make it idle.
-        c.output(b"x", 310);
-        assert!(statuses(&c.tick(1_000)).is_empty());
-        assert_eq!(c.status(), Status::Blocked);
-        c.injected(1_100);
-        c.output(b"y", 1_110);
+        assert!(!c.injectable());
+        // The dialog renders: blocked at once, whatever a hook says next.
+        let dialog = frame(&[
+            "Bash: rm x",
+            "Do you want to proceed?",
+            "❯ 1. Yes",
+            "  2. No",
+        ]);
+        c.output(&dialog, 210);
+        for s in [
+            Signal::Idle { turn: None },
+            Signal::Question,
+            Signal::SessionStart,
+        ] {
+            c.signal(s, 300);
+            assert_eq!((c.status(), c.injectable()), (Status::Blocked, false));
+        }
+        c.tick(5_000);
+        assert_eq!((c.status(), c.injectable()), (Status::Blocked, false));
+        // Answered: the tool runs (a hook says so), then the turn ends.
+        c.output(&frame(&["welcome", "> ", "* esc to interrupt"]), 5_100);
+        c.signal(Signal::Working, 5_110);
         assert_eq!(c.status(), Status::Working);
+        assert_eq!(
+            statuses(&c.signal(Signal::Idle { turn: None }, 5_200)),
+            vec![Status::Idle]
+        );
+        // A question may be answered by a message.
+        c.signal(Signal::Question, 5_300);
+        assert_eq!((c.status(), c.injectable()), (Status::Blocked, true));
+    }
+
+    #[test]
+    fn a_hook_that_never_came_yields_to_a_screen_that_changed_and_settled() {
+        let mut c = idle_tui();
+        c.signal(Signal::Permission, 100);
+        // The screen does not change: the signal holds.
+        assert!(c.tick(10_000).is_empty());
+        assert_eq!(c.status(), Status::Blocked);
+        // The dialog was answered "no" (no hook fires for that) and the prompt is back.
+        c.output(&frame(&["welcome", "> ", "interrupted"]), 10_100);
+        c.tick(10_200);
+        assert_eq!(c.status(), Status::Blocked, "not before hook_yield_ms");
+        assert_eq!(c.next_deadline(), Some(11_100));
+        assert_eq!(statuses(&c.tick(11_100)), vec![Status::Idle]);
+        assert!(!c.is_pinned());
+    }
+
+    #[test]
+    fn signal_idle_holds_while_a_footer_changes() {
+        let mut c = idle_tui();
+        c.output(&frame(&["x", "> ", "* esc to interrupt"]), 200);
+        c.signal(Signal::TurnStarted { prompt: None }, 210);
+        // The turn ends (Stop) a moment before the busy marker is redrawn away.
+        assert_eq!(
+            statuses(&c.signal(Signal::Idle { turn: None }, 300)),
+            vec![Status::Idle]
+        );
+        for i in 0..5u64 {
+            c.output(
+                &frame(&["x", "> ", if i % 2 == 0 { "a" } else { "b" }]),
+                400 + i * 50,
+            );
+            c.tick(400 + i * 50 + 1);
+            assert_eq!(c.status(), Status::Idle);
+        }
+    }
+
+    #[test]
+    fn without_a_busy_marker_any_change_after_the_enter_is_evidence() {
+        let mut c = SlotCore::new(
+            CompiledProfile::compile("generic", &Profile::default()).unwrap(),
+            settings(0),
+            0,
+        );
+        c.output(b"$ ", 0);
+        c.tick(1_500);
+        assert_eq!(c.status(), Status::Idle);
+        let fx = c.paste(MsgId(1), "echo hi", 2_000);
+        assert_eq!(writes(&fx).len(), 2, "no delay: paste and Enter together");
+        let fx = c.output(b"echo hi\r\nhi\r\n$ ", 2_010);
+        assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Screen)]);
     }
 
     #[test]
@@ -474,8 +1066,9 @@ mod tests {
         assert_eq!(c.tail(), "c\nd\nsim>");
         assert_eq!(statuses(&c.exited(10)), vec![Status::Exited]);
         assert!(c.output(b"more", 20).is_empty());
-        assert!(c.signal(Status::Idle, 30).is_empty());
+        assert!(c.signal(Signal::Idle { turn: None }, 30).is_empty());
         assert_eq!(c.status(), Status::Exited);
+        assert_eq!(c.next_deadline(), None);
     }
 
     #[test]
@@ -487,5 +1080,88 @@ mod tests {
         b.restore(&snap, Status::Idle, 5);
         assert_eq!(b.screen_text(), a.screen_text());
         assert_eq!(b.status(), Status::Idle);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Ev {
+        Screen(u8),
+        Signal(u8),
+        Paste,
+        Tick(u16),
+    }
+
+    const SCREENS: [&[&str]; 5] = [
+        &["welcome", "> ", "? for shortcuts"],
+        &["welcome", "> typed", "● high"],
+        &["working", "", "* esc to interrupt"],
+        &[
+            "Bash: rm x",
+            "Do you want to proceed?",
+            "❯ 1. Yes",
+            "  2. No",
+        ],
+        &["output", "more output"],
+    ];
+
+    fn signal_of(i: u8) -> Signal {
+        match i % 7 {
+            0 => Signal::TurnStarted { prompt: None },
+            1 => Signal::Working,
+            2 => Signal::Idle { turn: None },
+            3 => Signal::Permission,
+            4 => Signal::Question,
+            5 => Signal::SessionStart,
+            _ => Signal::Closing,
+        }
+    }
+
+    proptest! {
+        /// Whatever the hooks say, in any order: while a permission dialog is on screen the
+        /// member is blocked and not injectable; a paste is accepted at most once, and only
+        /// after its Enter was written.
+        #[test]
+        fn no_signal_makes_a_dialog_injectable(evs in proptest::collection::vec(prop_oneof![
+            (0u8..5).prop_map(Ev::Screen),
+            any::<u8>().prop_map(Ev::Signal),
+            Just(Ev::Paste),
+            (0u16..3000).prop_map(Ev::Tick),
+        ], 1..80)) {
+            let mut c = idle_tui();
+            let mut now = 1_000u64;
+            let mut next = 1u64;
+            let mut entered: std::collections::BTreeSet<u64> = Default::default();
+            let mut accepted: std::collections::BTreeSet<u64> = Default::default();
+            let mut last_paste = 0u64;
+            let mut dialog = false;
+            for e in evs {
+                now += 1;
+                let fx = match e {
+                    Ev::Screen(i) => {
+                        dialog = i == 3;
+                        c.output(&frame(SCREENS[i as usize]), now)
+                    }
+                    Ev::Signal(i) => c.signal(signal_of(i), now),
+                    Ev::Paste => {
+                        last_paste = next;
+                        next += 1;
+                        c.paste(MsgId(last_paste), &format!("[fleet ticket t-{last_paste} from lead]\nx"), now)
+                    }
+                    Ev::Tick(dt) => { now += dt as u64; c.tick(now) }
+                };
+                for f in &fx {
+                    match f {
+                        Effect::Write(b) if b == b"\r" => { entered.insert(last_paste); }
+                        Effect::TurnStarted { msg, .. } => {
+                            prop_assert!(entered.contains(&msg.0), "accepted before its Enter");
+                            prop_assert!(accepted.insert(msg.0), "accepted twice");
+                        }
+                        _ => {}
+                    }
+                }
+                if dialog {
+                    prop_assert_eq!((c.status(), c.injectable()), (Status::Blocked, false));
+                }
+            }
+        }
     }
 }
