@@ -409,13 +409,14 @@ fn print_members(v: &Value) {
                 s(&m["parent"]),
                 s(&m["pid"]),
                 s(&m["profile"]),
+                s(&m["worktree"]["branch"]),
                 m["exit"]["reason"].as_str().unwrap_or("").to_string(),
             ]
         })
         .collect();
     table(
         &[
-            "NAME", "ROLE", "SLOT", "STATUS", "FOR", "PARENT", "PID", "PROFILE", "EXIT",
+            "NAME", "ROLE", "SLOT", "STATUS", "FOR", "PARENT", "PID", "PROFILE", "WORKTREE", "EXIT",
         ],
         rows,
     );

@@ -54,6 +54,12 @@ pub struct MemberView {
     pub host_pid: Option<u32>,
     pub exit: Option<ExitInfo>,
     pub charter_sha256: String,
+    /// The agent's own session id, as its hooks reported it (for `fleetd spawn --resume`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Its own git worktree (`--worktree`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::registry::state::Worktree>,
 }
 
 impl From<&MemberRecord> for MemberView {
@@ -71,6 +77,8 @@ impl From<&MemberRecord> for MemberView {
             host_pid: m.host_pid,
             exit: m.exit.clone(),
             charter_sha256: m.charter_sha256.clone(),
+            session_id: m.session_id.clone(),
+            worktree: m.worktree.clone(),
         }
     }
 }
@@ -1006,7 +1014,7 @@ impl Fleet {
         let desk = self.desk().await?;
         let remote = match &via {
             Via::Injector => None,
-            Via::Mail { receipt, .. } => Some(receipt.clone()),
+            Via::Mail { receipt, .. } => Some(Box::new(receipt.clone())),
         };
         let ticket = desk
             .call(

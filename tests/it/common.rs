@@ -49,6 +49,9 @@ pub struct D {
     pub client: Client,
     /// Run the daemon inside this network namespace (`ip netns exec`).
     netns: Option<String>,
+    /// Extra environment for the daemon (and so for its members): e.g. a throwaway HOME and a
+    /// mock model's base URL for real agent CLIs.
+    env: Vec<(String, String)>,
 }
 
 impl D {
@@ -62,6 +65,16 @@ impl D {
 
     /// A daemon inside network namespace `netns` (which the caller made).
     pub async fn with_in(config: Config, netns: Option<String>) -> D {
+        Self::with_env_in(config, netns, vec![]).await
+    }
+
+    /// A daemon (and its members) with extra environment variables.
+    #[allow(dead_code)] // the real-agent tests' (tests/it/agents.rs)
+    pub async fn with_env(config: Config, env: Vec<(String, String)>) -> D {
+        Self::with_env_in(config, None, env).await
+    }
+
+    async fn with_env_in(config: Config, netns: Option<String>, env: Vec<(String, String)>) -> D {
         let root = tempfile::Builder::new()
             .prefix("fd")
             .tempdir_in("/tmp")
@@ -82,6 +95,7 @@ impl D {
             _root: root,
             child: None,
             netns,
+            env,
         };
         d.boot().await;
         d
@@ -114,6 +128,7 @@ impl D {
             .arg(&self.state)
             .arg("--config")
             .arg(&self.config_path)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("NOTIFY_SOCKET", &self.notify)
             .env("RUST_LOG", "info,fleetd=debug")
             .stdin(Stdio::null())

@@ -744,7 +744,10 @@ async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // A command without --profile runs with the generic profile, and the spawn says so.
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("spawned w1 (worker, profile generic)"), "{out}");
+    assert!(
+        out.contains("spawned w1 (worker, profile generic)"),
+        "{out}"
+    );
     assert!(out.contains("no profile given"), "{out}");
     ev.status("w1", "idle").await;
     let o = d.cli(&["send", "w1", "sum:", "1", "2", "--wait", "--json"]);

@@ -163,3 +163,50 @@ async fn the_shim_survives_a_daemon_restart() {
     );
     let _ = c.cancel().await;
 }
+
+/// The official MCP Python SDK (PyPI `mcp`, pinned by .ci/run, which sets FLEETD_MCP_PYTHON to
+/// a Python that has it) lists and calls the tools through `fleetd mcp` in both protocol eras
+/// and in its default (auto) mode. Its 2026-07-28 client refuses any result without
+/// `resultType`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_works_in_both_eras() {
+    let Some(python) = std::env::var_os("FLEETD_MCP_PYTHON") else {
+        eprintln!(
+            "SKIPPED: FLEETD_MCP_PYTHON is not set (a Python with PyPI mcp==2.3.0; .ci/run sets it)"
+        );
+        return;
+    };
+    let d = D::start().await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/mcp_sdk_client.py");
+    for era in ["2025-11-25", "2026-07-28", "auto"] {
+        let out = tokio::process::Command::new(&python)
+            .arg(&script)
+            .args(["--era", era, "--"])
+            .arg(bin())
+            .arg("mcp")
+            .env("FLEETD_STATE_DIR", &d.state)
+            .output()
+            .await
+            .expect("run the Python SDK client (FLEETD_MCP_PYTHON)");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "era {era}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        let want_protocol = if era == "2025-11-25" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(v["protocol"], want_protocol, "{v}");
+        assert_eq!(v["tools"], json!(TOOLS), "{v}");
+        assert_eq!(v["ok"], true, "{v}");
+        assert!(
+            v["whoami"].as_str().unwrap().contains("not a member"),
+            "{v}"
+        );
+    }
+}

@@ -102,6 +102,8 @@ pub struct SlotActorState {
     stop_waiters: Vec<RpcReplyPort<()>>,
     forward: Option<tokio::task::JoinHandle<()>>,
     done: bool,
+    /// The member's own git worktree, removed at its exit unless it holds work.
+    worktree: Option<crate::registry::state::Worktree>,
 }
 
 fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
@@ -293,6 +295,21 @@ impl SlotActorState {
                 )
                 .await;
         }
+        if let Some(w) = self.worktree.take() {
+            let name = self.name.clone();
+            match tokio::task::spawn_blocking(move || crate::worktree::cleanup(&w).map(|c| (c, w)))
+                .await
+            {
+                Ok(Ok((crate::worktree::Cleanup::Removed, w))) => {
+                    tracing::info!(member = %name, path = %w.path, "worktree removed: it held no work")
+                }
+                Ok(Ok((crate::worktree::Cleanup::Kept(why), w))) => {
+                    tracing::info!(member = %name, path = %w.path, %why, "worktree kept")
+                }
+                Ok(Err(e)) => tracing::warn!(member = %name, error = %e, "worktree cleanup failed"),
+                Err(e) => tracing::warn!(member = %name, error = %e, "worktree cleanup failed"),
+            }
+        }
         for w in self.stop_waiters.drain(..) {
             let _ = w.send(());
         }
@@ -418,6 +435,7 @@ impl Actor for SlotActor {
             stop_waiters: vec![],
             forward: fwd,
             done: false,
+            worktree: record.worktree.clone(),
         };
         ctx.dir.set_slot(
             &name,

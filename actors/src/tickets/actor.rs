@@ -27,7 +27,7 @@ pub enum DeskMsg {
         ttl_ms: Millis,
         defer: bool,
         /// Lead-to-lead mail: where it goes (sent) or where it came from (received).
-        remote: Option<RemoteReceipt>,
+        remote: Option<Box<RemoteReceipt>>,
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<Ticket, FleetError>>,
     },
@@ -227,7 +227,7 @@ impl Actor for DeskActor {
             } => {
                 let (t, mut fx) = st
                     .core
-                    .open(kind, from, to, msg, &body, ttl_ms, now, remote, origin);
+                    .open(kind, from, to, msg, &body, ttl_ms, now, remote.map(|r| *r), origin);
                 if defer {
                     fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
                 }
