@@ -108,11 +108,16 @@ pub fn for_display(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The bytes of one paste of `text`: neutralised, and wrapped in the bracketed-paste markers
-/// when the program asked for them. Without bracketed paste a newline would be typed as Enter,
+/// The bytes of one paste of `text`: neutralised, never ending in a backslash, and wrapped in
+/// the bracketed-paste markers when the program asked for them. Without bracketed paste a newline would be typed as Enter,
 /// so each line break becomes a visible ` ⏎ ` and the text stays one line (one prompt).
 pub fn paste_bytes(text: &str, bracketed: bool) -> Vec<u8> {
-    let (clean, _) = for_terminal(text);
+    let (mut clean, _) = for_terminal(text);
+    // A backslash right before the Enter is a line continuation to some CLIs (Gemini CLI):
+    // the message would never be submitted.
+    if clean.ends_with('\\') {
+        clean.push(' ');
+    }
     let mut out = Vec::with_capacity(clean.len() + PASTE_START.len() + PASTE_END.len());
     if bracketed {
         out.extend_from_slice(PASTE_START);
@@ -162,6 +167,7 @@ mod tests {
         let b = paste_bytes("x\x1b[201~\rwhoami\r\x1b[200~", true);
         assert!(b.starts_with(PASTE_START) && b.ends_with(PASTE_END));
         assert_eq!(b.iter().filter(|&&c| c == 0x1b).count(), 2);
+        assert!(paste_bytes("a trailing \\", true).ends_with(b"\\ \x1b[201~"));
         let flat = paste_bytes("one\ntwo\x1b", false);
         assert_eq!(String::from_utf8(flat).unwrap(), "one \u{23ce} two^[");
     }
