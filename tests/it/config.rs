@@ -136,3 +136,41 @@ fn the_three_host_example_configs_check_once_their_keys_are_filled_in() {
     }
     assert_eq!(seen, 3);
 }
+
+/// `fleetd agents` reports, per profile, whether its CLI is installed where the daemon looks,
+/// its version, and whether that version is one the profile was verified against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleetd_agents_reports_installed_versions_and_whether_they_were_verified() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = |name: &str, out: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\necho '{out}'\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.display().to_string()
+    };
+    let mut c = crate::common::test_config();
+    let mut good = c.profiles["claude"].clone();
+    good.command = vec![fake("claude-ok", "2.1.332 (Claude Code)")];
+    c.profiles.insert("claude".into(), good);
+    let mut old = c.profiles["codex"].clone();
+    old.command = vec![fake("codex-old", "codex-cli 0.99.0")];
+    c.profiles.insert("codex".into(), old);
+    let mut missing = c.profiles["gemini"].clone();
+    missing.command = vec![dir.path().join("no-such-gemini").display().to_string()];
+    c.profiles.insert("gemini".into(), missing);
+    let d = crate::common::D::with(c).await;
+    let o = d.cli(&["agents", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let row = |p: &str| rows.iter().find(|r| r["profile"] == p).cloned().unwrap();
+    assert_eq!(row("claude")["version"], "2.1.332");
+    assert_eq!(row("claude")["verified"], true);
+    assert_eq!(row("codex")["version"], "0.99.0");
+    assert_eq!(row("codex")["verified"], false);
+    assert_eq!(row("gemini")["path"], serde_json::Value::Null);
+    assert_eq!(row("generic")["agent"], serde_json::Value::Null);
+    let table = String::from_utf8_lossy(&d.cli(&["agents"]).stdout).to_string();
+    assert!(table.contains("not installed"), "{table}");
+    assert!(table.contains("no (verified: "), "{table}");
+}
