@@ -225,9 +225,17 @@ impl Actor for DeskActor {
                 origin,
                 reply,
             } => {
-                let (t, mut fx) = st
-                    .core
-                    .open(kind, from, to, msg, &body, ttl_ms, now, remote.map(|r| *r), origin);
+                let (t, mut fx) = st.core.open(
+                    kind,
+                    from,
+                    to,
+                    msg,
+                    &body,
+                    ttl_ms,
+                    now,
+                    remote.map(|r| *r),
+                    origin,
+                );
                 if defer {
                     fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
                 }
