@@ -428,6 +428,15 @@ impl Daemon {
         let config = self.fleet.ctx.config();
         let deadline = config.daemon.shutdown_deadline();
         let started = tokio::time::Instant::now();
+        // Before anything is stopped or saved: no delivery starts from now, and one already
+        // handed to a terminal host is given a moment to be confirmed written.
+        let unsettled = self
+            .fleet
+            .quiesce((deadline / 4).min(Duration::from_secs(2)))
+            .await;
+        for u in &unsettled {
+            tracing::error!("{u}");
+        }
         if config.daemon.on_shutdown == OnShutdown::Stop {
             let names = self.fleet.live_members().await.unwrap_or_default();
             let stops = names.iter().map(|n| {
@@ -446,12 +455,18 @@ impl Daemon {
         let hung = self.fleet.shutdown(remaining).await;
         self.gc.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.join).await;
-        if hung.is_empty() {
-            tracing::info!("fleetd stopped cleanly");
-            0
-        } else {
+        if !hung.is_empty() {
             tracing::error!(?hung, "shutdown overran its deadline; these were killed");
             1
+        } else if !unsettled.is_empty() {
+            tracing::error!(
+                deliveries = unsettled.len(),
+                "fleetd stopped with deliveries in flight (resolved at the next start)"
+            );
+            1
+        } else {
+            tracing::info!("fleetd stopped cleanly");
+            0
         }
     }
 

@@ -16,7 +16,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fleetd_actors::error::FleetError;
-use fleetd_actors::term::{BoxFut, LaunchSpec, TermBackend, TermEvent, TermHandle, TermInput};
+use fleetd_actors::term::{
+    BoxFut, LaunchSpec, PASTES_REMEMBERED, TermBackend, TermEvent, TermHandle, TermInput,
+};
 use fleetd_actors::types::MemberName;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 use serde::{Deserialize, Serialize};
@@ -35,8 +37,19 @@ enum HostMsg {
         rows: u16,
         cols: u16,
         snapshot: Vec<u8>,
+        /// The paste ids taken, oldest first (at most `PASTES_REMEMBERED`).
+        pasted: Vec<u64>,
     },
     Output(Vec<u8>),
+    /// A paste and its Enter were written.
+    Pasted {
+        id: u64,
+    },
+    /// A paste could not be taken.
+    PasteRefused {
+        id: u64,
+        why: String,
+    },
     Exited {
         code: Option<i32>,
         signal: Option<String>,
@@ -47,6 +60,12 @@ enum HostMsg {
 #[derive(Debug, Serialize, Deserialize)]
 enum DaemonMsg {
     Input(Vec<u8>),
+    /// A paste and, `enter_delay_ms` later, its Enter; taken once per id.
+    Paste {
+        id: u64,
+        bytes: Vec<u8>,
+        enter_delay_ms: u64,
+    },
     Resize { rows: u16, cols: u16 },
     Terminate { grace_ms: u64 },
     Detach,
@@ -215,6 +234,9 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
     let mut eof = false;
     let mut term_deadline: Option<tokio::time::Instant> = None;
     let host_pid = std::process::id();
+    // Pastes taken (their ids, oldest first) and the Enters still due (when, id).
+    let mut pasted: std::collections::VecDeque<u64> = Default::default();
+    let mut enters: std::collections::VecDeque<(tokio::time::Instant, u64)> = Default::default();
 
     loop {
         // After the program exits, give its output a moment to drain, then finish.
@@ -248,6 +270,12 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
                 None => std::future::pending::<()>().await,
             }
         };
+        let enter_timer = async {
+            match enters.front() {
+                Some((d, _)) => tokio::time::sleep_until(*d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
         let read_conn = async {
             match conn.as_mut() {
                 Some((r, _)) => codec::read_frame::<_, DaemonMsg>(r, MAX_FRAME).await,
@@ -270,6 +298,24 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
                 exit = Some(rec.unwrap_or(ExitRecord { code: None, signal: None }));
             }
             _ = drain_timer => eof = true,
+            _ = enter_timer => {
+                if let Some((_, id)) = enters.pop_front() {
+                    // The paste was taken; its Enter goes the same way (the writer thread keeps
+                    // the order). A full input queue loses the Enter: say so.
+                    let msg = match in_tx.try_send(b"\r".to_vec()) {
+                        Ok(()) => HostMsg::Pasted { id },
+                        Err(_) => HostMsg::PasteRefused {
+                            id,
+                            why: "its Enter could not be written: the program is not reading its input".into(),
+                        },
+                    };
+                    if let Some((_, w)) = conn.as_mut()
+                        && codec::write_frame(w, &msg).await.is_err()
+                    {
+                        conn = None;
+                    }
+                }
+            }
             _ = kill_timer => {
                 term_deadline = None;
                 if pid > 0 {
@@ -287,6 +333,7 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
                         rows: rows.get(),
                         cols: cols.get(),
                         snapshot: parser.screen().state_formatted().into_bytes(),
+                        pasted: pasted.iter().copied().collect(),
                     };
                     if codec::write_frame(&mut w, &hello).await.is_ok() {
                         // A new daemon connection replaces the old one.
@@ -298,6 +345,33 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
                 Ok(Some(DaemonMsg::Input(b))) => {
                     if in_tx.try_send(b).is_err() {
                         eprintln!("pty-host: input dropped: the program is not reading its input");
+                    }
+                }
+                Ok(Some(DaemonMsg::Paste { id, bytes, enter_delay_ms })) => {
+                    if pasted.contains(&id) {
+                        // Taken before (a daemon that restarted sent it again): never twice.
+                        // Its Enter is done, or still due and will be acknowledged then.
+                        if !enters.iter().any(|(_, e)| *e == id)
+                            && let Some((_, w)) = conn.as_mut()
+                            && codec::write_frame(w, &HostMsg::Pasted { id }).await.is_err()
+                        {
+                            conn = None;
+                        }
+                    } else if in_tx.try_send(bytes).is_ok() {
+                        pasted.push_back(id);
+                        if pasted.len() > PASTES_REMEMBERED {
+                            pasted.pop_front();
+                        }
+                        let at = tokio::time::Instant::now() + Duration::from_millis(enter_delay_ms);
+                        enters.push_back((at, id));
+                    } else if let Some((_, w)) = conn.as_mut() {
+                        let refused = HostMsg::PasteRefused {
+                            id,
+                            why: "the program is not reading its input (its input queue is full)".into(),
+                        };
+                        if codec::write_frame(w, &refused).await.is_err() {
+                            conn = None;
+                        }
                     }
                 }
                 Ok(Some(DaemonMsg::Resize { rows, cols })) => {
@@ -461,6 +535,7 @@ impl HostBackend {
             pid,
             host_pid,
             snapshot,
+            pasted,
             ..
         }) = hello
         else {
@@ -480,6 +555,16 @@ impl HostBackend {
                         let _ = ev_tx.send(TermEvent::Exited { code, signal }).await;
                         break;
                     }
+                    Ok(Some(HostMsg::Pasted { id })) => {
+                        if ev_tx.send(TermEvent::Pasted { id }).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Some(HostMsg::PasteRefused { id, why })) => {
+                        if ev_tx.send(TermEvent::PasteRefused { id, why }).await.is_err() {
+                            break;
+                        }
+                    }
                     Ok(Some(HostMsg::Hello { .. })) => {}
                     Ok(None) => {
                         let _ = ev_tx
@@ -498,6 +583,15 @@ impl HostBackend {
             while let Some(m) = in_rx.recv().await {
                 let frame = match m {
                     TermInput::Bytes(b) => DaemonMsg::Input(b),
+                    TermInput::Paste {
+                        id,
+                        bytes,
+                        enter_delay_ms,
+                    } => DaemonMsg::Paste {
+                        id,
+                        bytes,
+                        enter_delay_ms,
+                    },
                     TermInput::Resize { rows, cols } => DaemonMsg::Resize { rows, cols },
                     TermInput::Terminate { grace_ms } => DaemonMsg::Terminate { grace_ms },
                     TermInput::Detach => {
@@ -518,6 +612,7 @@ impl HostBackend {
             snapshot,
             input: in_tx,
             events: ev_rx,
+            pasted,
         })
     }
 }

@@ -174,6 +174,10 @@ impl Directory {
             g.remove(name);
         }
     }
+    /// Every member that has an injector now.
+    pub fn injector_names(&self) -> Vec<MemberName> {
+        read(&self.injectors).keys().cloned().collect()
+    }
     pub fn injector(&self, name: &MemberName) -> Option<Mailbox<InjectorMsg>> {
         read(&self.injectors).get(name).cloned()
     }

@@ -2248,6 +2248,48 @@ impl Fleet {
 
     /// Stop every child in reverse start order within `deadline`, then the supervisor.
     /// Returns the children that had to be killed.
+    /// A shutdown's first step, before anything is stopped or saved: no injector starts a
+    /// delivery from now, and a paste already handed to a terminal host gets until `wait` to
+    /// be confirmed written. Returns the deliveries still unconfirmed: the stop is then not
+    /// clean, and the next start resolves them from the host's record.
+    pub async fn quiesce(&self, wait: Duration) -> Vec<String> {
+        let names = self.ctx.dir.injector_names();
+        let mut quiet = tokio::task::JoinSet::new();
+        for i in names.iter().filter_map(|n| self.ctx.dir.injector(n)) {
+            quiet.spawn(async move {
+                let _ = i
+                    .call(|reply| InjectorMsg::Quiesce { reply }, Duration::from_secs(1))
+                    .await;
+            });
+        }
+        quiet.join_all().await;
+        let mut settle = tokio::task::JoinSet::new();
+        for (n, slot) in names
+            .into_iter()
+            .filter_map(|n| self.ctx.dir.slot(&n).map(|s| (n, s)))
+        {
+            settle.spawn(async move {
+                if slot
+                    .call(|reply| SlotMsg::Settled { reply }, wait)
+                    .await
+                    .is_ok()
+                {
+                    return None;
+                }
+                let id = slot
+                    .call(|reply| SlotMsg::Unconfirmed { reply }, Duration::from_secs(1))
+                    .await
+                    .ok()
+                    .flatten()?;
+                Some(format!(
+                    "the paste of {id} to `{n}` was not confirmed written within {} ms; the next start resolves it from its terminal's record",
+                    wait.as_millis()
+                ))
+            });
+        }
+        settle.join_all().await.into_iter().flatten().collect()
+    }
+
     pub async fn shutdown(&self, deadline: Duration) -> Vec<String> {
         let hung = match self
             .sup

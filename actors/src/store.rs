@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use crate::decision::state::Refused;
 use crate::drift::service::CachedAnchor;
 use crate::error::FleetError;
-use crate::injector::state::Message;
+use crate::injector::state::{Message, ReceiptState};
 use crate::mail::state::Envelope;
 use crate::registry::state::MemberRecord;
 use crate::tickets::state::Ticket;
@@ -269,6 +269,33 @@ impl Store {
             .into_iter()
             .filter(|m| &m.target == target && !m.state.is_final())
             .collect())
+    }
+
+    /// The turn `target` was in when the daemon stopped, if one never ended: its latest
+    /// accepted message whose ticket is still open (the turn's end, which attaches the tail,
+    /// never came).
+    pub fn unfinished_turn(&self, target: &MemberName) -> Result<Option<Message>, StoreError> {
+        let Some(m) = self
+            .load_messages()?
+            .into_iter()
+            .filter(|m| &m.target == target && m.state == ReceiptState::Accepted)
+            .max_by_key(|m| m.id)
+        else {
+            return Ok(None);
+        };
+        let Some(ticket) = m.ticket else {
+            return Ok(None);
+        };
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TICKETS)?;
+        let open = match t.get(ticket.0)? {
+            Some(v) => {
+                let t: Ticket = dec(&format!("ticket {ticket}"), v.value())?;
+                t.state == crate::tickets::state::TicketState::Open
+            }
+            None => false,
+        };
+        Ok(open.then_some(m))
     }
 
     pub fn message(&self, id: MsgId) -> Result<Option<Message>, StoreError> {

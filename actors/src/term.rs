@@ -25,13 +25,26 @@ pub enum TermEvent {
     },
     /// The connection to the terminal broke and its exit is unknown.
     Lost(String),
+    /// A paste (`TermInput::Paste`) and its Enter were written to the PTY.
+    Pasted { id: u64 },
+    /// A paste could not be written (the program stopped reading its input).
+    PasteRefused { id: u64, why: String },
 }
 
 /// What a slot sends to a terminal.
 #[derive(Debug)]
 pub enum TermInput {
-    /// Keys, pastes, anything to write to the PTY.
+    /// Keys to write to the PTY.
     Bytes(Vec<u8>),
+    /// One message: its paste bytes, then, after `enter_delay_ms`, its Enter, written by the
+    /// terminal host as one unit (a daemon that dies in between leaves no paste without its
+    /// Enter). The host remembers the ids it has taken, so the same id is never written twice
+    /// and a restarted daemon can ask whether a paste it recorded as delivered was written.
+    Paste {
+        id: u64,
+        bytes: Vec<u8>,
+        enter_delay_ms: u64,
+    },
     Resize {
         rows: u16,
         cols: u16,
@@ -54,7 +67,13 @@ pub struct TermHandle {
     pub snapshot: Vec<u8>,
     pub input: mpsc::Sender<TermInput>,
     pub events: mpsc::Receiver<TermEvent>,
+    /// The paste ids the host has taken (its most recent [`PASTES_REMEMBERED`]), oldest first.
+    pub pasted: Vec<u64>,
 }
+
+/// How many paste ids a terminal host remembers (far more than can be in flight: one per
+/// turn).
+pub const PASTES_REMEMBERED: usize = 256;
 
 /// Everything needed to start a member's command.
 #[derive(Clone, Debug)]

@@ -356,6 +356,19 @@ impl Caller {
     }
 }
 
+/// Whether a message the store says was delivered reached the terminal, by the terminal host's
+/// own record (after a daemon restart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The host took it: its paste and Enter were (or are being) written.
+    Yes,
+    /// The host never got it.
+    No,
+    /// Nobody can say (why).
+    Unknown(String),
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

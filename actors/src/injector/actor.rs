@@ -15,7 +15,7 @@ use crate::slot::actor::SlotMsg;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::Ticket;
-use crate::types::{MemberName, MsgId, Status};
+use crate::types::{MemberName, MsgId, Status, Written};
 
 pub enum InjectorMsg {
     /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
@@ -44,6 +44,10 @@ pub enum InjectorMsg {
         reply: RpcReplyPort<QueueView>,
     },
     Reload,
+    /// Shutting down: deliver nothing more.
+    Quiesce {
+        reply: RpcReplyPort<()>,
+    },
     /// Debug builds only: panic inside the actor, to exercise supervision.
     Panic,
 }
@@ -81,6 +85,33 @@ fn limits(ctx: &SharedCtx) -> InjectorLimits {
 }
 
 impl InjectorActorState {
+    /// A message recorded as delivered before a restart: ask the target's slot (which has the
+    /// terminal host's record) whether it was written, and act on the answer.
+    async fn resolve(&mut self) -> Result<(), FleetError> {
+        let Some(msg) = self.core.unresolved().cloned() else {
+            return Ok(());
+        };
+        let Some(slot) = self.ctx.dir.slot(self.core.target()) else {
+            // The slot will announce itself (a Target message), and this runs again then.
+            return Ok(());
+        };
+        let id = msg.id;
+        let written = slot
+            .call(
+                |reply| SlotMsg::Resolve {
+                    msg: Box::new(msg),
+                    reply,
+                },
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap_or_else(|e| Written::Unknown(format!("its slot did not answer ({})", e.why)));
+        tracing::info!(target = %self.core.target(), msg = %id, ?written, "a delivery from before the restart resolved");
+        let now = self.ctx.now();
+        let fx = self.core.resolve(id, written, now);
+        self.perform(fx).await
+    }
+
     /// Perform effects in order; consecutive saves are committed together, and always before
     /// the effect that follows them.
     async fn perform(&mut self, fx: Vec<Effect>) -> Result<(), FleetError> {
@@ -194,8 +225,11 @@ impl Actor for InjectorActor {
     ) -> Result<InjectorActorState, ActorProcessingErr> {
         let ctx = args.ctx;
         let t2 = args.target.clone();
-        let pending = ctx.store.run(move |s| s.pending_for(&t2)).await?;
-        let core = Injector::new(args.target.clone(), pending, limits(&ctx));
+        let (pending, unfinished) = ctx
+            .store
+            .run(move |s| Ok((s.pending_for(&t2)?, s.unfinished_turn(&t2)?)))
+            .await?;
+        let core = Injector::new(args.target.clone(), pending, unfinished, limits(&ctx));
         ctx.dir.set_injector(
             &args.target,
             Mailbox::new(
@@ -223,6 +257,7 @@ impl Actor for InjectorActor {
         if let Some(slot) = st.ctx.dir.slot(st.core.target()) {
             slot.cast(SlotMsg::Announce);
         }
+        st.resolve().await?;
         st.rearm(&myself);
         Ok(())
     }
@@ -268,6 +303,7 @@ impl Actor for InjectorActor {
                 }
             }
             InjectorMsg::Target(view) => {
+                st.resolve().await?;
                 let fx = st.core.target_status(view, now);
                 st.perform(fx).await?;
                 if view.status == Status::Exited && !st.closed {
@@ -303,6 +339,10 @@ impl Actor for InjectorActor {
                 });
             }
             InjectorMsg::Reload => st.core.set_limits(limits(&st.ctx)),
+            InjectorMsg::Quiesce { reply } => {
+                st.core.quiesce();
+                let _ = reply.send(());
+            }
             InjectorMsg::Panic => {
                 if cfg!(debug_assertions) {
                     panic!("injected fault in the injector of `{}`", st.core.target());

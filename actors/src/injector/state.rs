@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::error::FleetError;
-use crate::types::{MemberName, Millis, MsgId, Party, Status, TicketId};
+use crate::types::{MemberName, Millis, MsgId, Party, Status, TicketId, Written};
 
 /// Where a message is. Every message is always in exactly one of these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,8 +107,9 @@ pub struct InjectorLimits {
 enum Phase {
     /// Free to deliver at the next injectable status.
     Ready,
-    /// Pasted; waiting for evidence that a turn started on it.
-    AwaitingAccept { msg: Message },
+    /// Pasted; waiting for evidence that a turn started on it (the backstop counts from
+    /// `since`: the paste, or the restart that found it written).
+    AwaitingAccept { msg: Message, since: Millis },
     /// Not taken in time; held until a turn starts on it after all.
     Stalled { msg: Message },
     /// Accepted; the next message waits for this turn to end.
@@ -140,18 +141,38 @@ pub struct Injector {
     view: TargetView,
     limits: InjectorLimits,
     closed: Option<String>,
+    /// A message the store says was delivered, loaded at start: whether it reached the
+    /// terminal is asked of the terminal host before anything else is delivered.
+    unresolved: bool,
+    /// Shutting down: nothing more is delivered.
+    quiet: bool,
 }
+
 
 impl Injector {
     /// Rebuild from the store: `pending` are this target's messages in a non-final state, in id
-    /// order. A message that was `delivered` or `stalled` resumes as the one in flight.
-    pub fn new(target: MemberName, pending: Vec<Message>, limits: InjectorLimits) -> Self {
+    /// order; `unfinished` is the accepted message whose turn never ended (the daemon stopped
+    /// during it). A message that was `delivered` resumes as the one in flight, unresolved until
+    /// the terminal host says whether it got it ([`Self::resolve`]); a `stalled` one stays
+    /// stalled; an unfinished turn is awaited again, so its ticket gets its tail.
+    pub fn new(
+        target: MemberName,
+        pending: Vec<Message>,
+        unfinished: Option<Message>,
+        limits: InjectorLimits,
+    ) -> Self {
         let mut queue = VecDeque::new();
-        let mut phase = Phase::Ready;
+        let mut phase = match unfinished {
+            Some(msg) => Phase::AwaitingTurnEnd { msg },
+            None => Phase::Ready,
+        };
+        let mut unresolved = false;
         for m in pending {
             match m.state {
                 ReceiptState::Delivered if phase == Phase::Ready => {
-                    phase = Phase::AwaitingAccept { msg: m }
+                    unresolved = true;
+                    let since = m.delivered_at.unwrap_or(0);
+                    phase = Phase::AwaitingAccept { msg: m, since }
                 }
                 ReceiptState::Stalled if phase == Phase::Ready => phase = Phase::Stalled { msg: m },
                 _ => queue.push_back(m),
@@ -167,7 +188,61 @@ impl Injector {
             },
             limits,
             closed: None,
+            unresolved,
+            quiet: false,
         }
+    }
+
+    /// The message recorded as delivered before a restart, whose fate is not known yet.
+    pub fn unresolved(&self) -> Option<&Message> {
+        match &self.phase {
+            Phase::AwaitingAccept { msg, .. } if self.unresolved => Some(msg),
+            _ => None,
+        }
+    }
+
+    /// The terminal host's word on the message recorded as delivered before a restart: written
+    /// (its turn is awaited from now), never got (delivered again, once: the host takes each id
+    /// once), or unknown (stalled, with the reason; never accepted on a guess).
+    pub fn resolve(&mut self, id: MsgId, written: Written, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
+        let Phase::AwaitingAccept { msg, .. } = &self.phase else {
+            return fx;
+        };
+        if !self.unresolved || msg.id != id {
+            return fx;
+        }
+        self.unresolved = false;
+        let Phase::AwaitingAccept { mut msg, .. } = std::mem::replace(&mut self.phase, Phase::Ready)
+        else {
+            return fx;
+        };
+        match written {
+            Written::Yes => self.phase = Phase::AwaitingAccept { msg, since: now },
+            Written::No => {
+                msg.state = ReceiptState::Queued;
+                msg.delivered_at = None;
+                msg.note = Some(
+                    "recorded as delivered when the daemon stopped, but the terminal never got it: delivered again"
+                        .into(),
+                );
+                fx.push(Effect::Save(msg.clone()));
+                self.queue.push_front(msg);
+                self.try_deliver(now, &mut fx);
+            }
+            Written::Unknown(why) => self.stall(
+                msg,
+                &format!("after a restart, whether it was pasted cannot be known: {why}"),
+                now,
+                &mut fx,
+            ),
+        }
+        fx
+    }
+
+    /// Shutting down: deliver nothing more.
+    pub fn quiesce(&mut self) {
+        self.quiet = true;
     }
 
     pub fn set_limits(&mut self, limits: InjectorLimits) {
@@ -202,9 +277,9 @@ impl Injector {
     /// restarted and lost track of the paste): well after the slot's own accept timeout.
     pub fn next_deadline(&self) -> Option<Millis> {
         match &self.phase {
-            Phase::AwaitingAccept { msg, .. } => msg
-                .delivered_at
-                .map(|d| d + self.limits.accept_timeout_ms * 2 + BACKSTOP_GRACE_MS),
+            Phase::AwaitingAccept { since, .. } if !self.unresolved => {
+                Some(since + self.limits.accept_timeout_ms * 2 + BACKSTOP_GRACE_MS)
+            }
             _ => None,
         }
     }
@@ -269,7 +344,9 @@ impl Injector {
     pub fn turn_started(&mut self, id: MsgId, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
         match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingAccept { mut msg } | Phase::Stalled { mut msg } if msg.id == id => {
+            Phase::AwaitingAccept { mut msg, .. } | Phase::Stalled { mut msg }
+                if msg.id == id && !self.unresolved =>
+            {
                 msg.state = ReceiptState::Accepted;
                 msg.settled_at = Some(now);
                 fx.push(Effect::Save(msg.clone()));
@@ -285,7 +362,9 @@ impl Injector {
     pub fn not_started(&mut self, id: MsgId, why: &str, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
         match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingAccept { msg } if msg.id == id => self.stall(msg, why, now, &mut fx),
+            Phase::AwaitingAccept { msg, .. } if msg.id == id && !self.unresolved => {
+                self.stall(msg, why, now, &mut fx)
+            }
             other => self.phase = other,
         }
         fx
@@ -304,7 +383,8 @@ impl Injector {
         let mut fx = vec![];
         if let Some(deadline) = self.next_deadline()
             && now >= deadline
-            && let Phase::AwaitingAccept { msg } = std::mem::replace(&mut self.phase, Phase::Ready)
+            && let Phase::AwaitingAccept { msg, .. } =
+                std::mem::replace(&mut self.phase, Phase::Ready)
         {
             let why = format!(
                 "no word from the terminal of `{}` on whether a turn started on it within {} ms \
@@ -348,7 +428,11 @@ impl Injector {
     }
 
     fn try_deliver(&mut self, now: Millis, fx: &mut Vec<Effect>) {
-        if self.closed.is_some() || self.phase != Phase::Ready || !self.view.can_take() {
+        if self.closed.is_some()
+            || self.quiet
+            || self.phase != Phase::Ready
+            || !self.view.can_take()
+        {
             return;
         }
         let Some(mut msg) = self.queue.pop_front() else {
@@ -358,7 +442,7 @@ impl Injector {
         msg.delivered_at = Some(now);
         fx.push(Effect::Save(msg.clone()));
         fx.push(Effect::Deliver(msg.clone()));
-        self.phase = Phase::AwaitingAccept { msg };
+        self.phase = Phase::AwaitingAccept { msg, since: now };
     }
 }
 

@@ -19,7 +19,7 @@ use crate::registry::actor::RegistryMsg;
 use crate::registry::state::{ExitInfo, MemberRecord};
 use crate::slot::state::{Cause, Effect, Signal, SlotCore, SlotSettings};
 use crate::term::{TermEvent, TermHandle, TermInput};
-use crate::types::{MemberName, Millis, Role, Status};
+use crate::types::{MemberName, Millis, MsgId, Role, Status, Written};
 
 /// Output chunks in flight from a terminal to its slot; the reader waits past this.
 const TERM_EVENTS_IN_FLIGHT: usize = 64;
@@ -60,6 +60,21 @@ pub enum SlotMsg {
     Reload,
     /// The member's `fleetd mcp` listed the fleet tools.
     ToolsListed,
+    /// After a restart: was this message, recorded as delivered, written to the terminal? If
+    /// so its turn is watched for from now.
+    Resolve {
+        msg: Box<Message>,
+        reply: RpcReplyPort<Written>,
+    },
+    /// The paste handed to the terminal host and not yet confirmed written, if any.
+    Unconfirmed {
+        reply: RpcReplyPort<Option<MsgId>>,
+    },
+    /// Answered once no paste waits for the terminal host's confirmation (shutdown waits on
+    /// it, bounded).
+    Settled {
+        reply: RpcReplyPort<()>,
+    },
     /// Tell the injector the current status (it just started). Sent through the same path as
     /// every status change, so a stale view can never overtake a newer one.
     Announce,
@@ -104,6 +119,8 @@ pub struct SlotActorState {
     done: bool,
     /// The member's own git worktree, removed at its exit unless it holds work.
     worktree: Option<crate::registry::state::Worktree>,
+    /// Who waits for the paste in flight to be confirmed written.
+    settle_waiters: Vec<RpcReplyPort<()>>,
 }
 
 fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
@@ -180,20 +197,27 @@ impl SlotActorState {
                         .into(),
                     });
                 }
-                Effect::Write(bytes) => {
-                    let written = match &self.input {
+                Effect::Paste {
+                    msg,
+                    bytes,
+                    enter_delay_ms,
+                } => {
+                    let sent = match &self.input {
                         Some(i) => i
-                            .send(TermInput::Bytes(bytes))
+                            .send(TermInput::Paste {
+                                id: msg.0,
+                                bytes,
+                                enter_delay_ms,
+                            })
                             .await
                             .map_err(|_| "the terminal is closed"),
                         None => Err("the terminal is closed"),
                     };
-                    if let Err(why) = written
-                        && let Some(id) = self.core.paste_in_flight()
+                    if let Err(why) = sent
                         && let Some(i) = self.ctx.dir.injector(&self.name)
                     {
                         i.cast(InjectorMsg::PasteResult {
-                            id,
+                            id: msg,
                             result: Err(why.to_string()),
                         });
                     }
@@ -391,6 +415,7 @@ impl Actor for SlotActor {
                 if !h.snapshot.is_empty() {
                     core.restore(&h.snapshot, record.status, record.status_since);
                 }
+                core.host_pastes(&h.pasted);
                 if adopted {
                     tracing::info!(member = %name, pid = h.pid, "terminal re-adopted");
                     adopted_pid = Some(h.pid);
@@ -436,6 +461,7 @@ impl Actor for SlotActor {
             forward: fwd,
             done: false,
             worktree: record.worktree.clone(),
+            settle_waiters: vec![],
         };
         ctx.dir.set_slot(
             &name,
@@ -508,6 +534,23 @@ impl Actor for SlotActor {
                     st.finish(&myself, code, signal, "exited".into()).await;
                     return Ok(());
                 }
+                TermEvent::Pasted { id } => {
+                    let fx = st.core.pasted(MsgId(id), now);
+                    st.apply(fx).await;
+                    if st.core.paste_unconfirmed().is_none() {
+                        for w in st.settle_waiters.drain(..) {
+                            let _ = w.send(());
+                        }
+                    }
+                }
+                TermEvent::PasteRefused { id, why } => {
+                    if let Some(i) = st.ctx.dir.injector(&st.name) {
+                        i.cast(InjectorMsg::PasteResult {
+                            id: MsgId(id),
+                            result: Err(why),
+                        });
+                    }
+                }
                 TermEvent::Lost(why) => {
                     let (code, signal) = st
                         .ctx
@@ -530,7 +573,7 @@ impl Actor for SlotActor {
                 st.apply(fx).await;
             }
             SlotMsg::Paste { msg } => {
-                let fx = st.core.paste(msg.id, &delivery_text(&msg), now);
+                let fx = st.core.paste(msg.id, &delivery_text(&msg));
                 st.apply(fx).await;
             }
             SlotMsg::Signal { signal, reply } => {
@@ -578,6 +621,19 @@ impl Actor for SlotActor {
             SlotMsg::Reload => {
                 st.core.set_profile(profile(&st.ctx, &st.profile_name));
                 st.core.set_settings(settings(&st.ctx, st.role));
+            }
+            SlotMsg::Resolve { msg, reply } => {
+                let _ = reply.send(st.core.resolve(msg.id, &delivery_text(&msg), now));
+            }
+            SlotMsg::Unconfirmed { reply } => {
+                let _ = reply.send(st.core.paste_unconfirmed());
+            }
+            SlotMsg::Settled { reply } => {
+                if st.core.paste_unconfirmed().is_none() {
+                    let _ = reply.send(());
+                } else {
+                    st.settle_waiters.push(reply);
+                }
             }
             SlotMsg::ToolsListed => {
                 let fx = st.core.tools_listed(now);

@@ -26,7 +26,7 @@
 use std::num::NonZeroU16;
 
 use crate::config::CompiledProfile;
-use crate::types::{Millis, MsgId, Status};
+use crate::types::{Millis, MsgId, Status, Written};
 
 /// How a screen reads under a profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,8 +144,13 @@ pub enum Effect {
     },
     /// Idle for the whole TTL: stop the member and say why.
     Reap { idle_ms: Millis },
-    /// Write these bytes to the terminal (a paste, then its Enter).
-    Write(Vec<u8>),
+    /// Hand one message to the terminal host: its paste bytes, then (the host waits
+    /// `enter_delay_ms`) its Enter; the host says when both are written ([`SlotCore::pasted`]).
+    Paste {
+        msg: MsgId,
+        bytes: Vec<u8>,
+        enter_delay_ms: Millis,
+    },
     /// The agent started a turn on the pasted message.
     TurnStarted { msg: MsgId, by: Evidence },
     /// No evidence of a turn within the accept timeout after the Enter.
@@ -193,7 +198,7 @@ struct Paste {
     msg: MsgId,
     /// The header line, which a turn-started hook's prompt must carry to count.
     marker: String,
-    /// When the Enter is (or was) written.
+    /// When the host said its Enter was written (0 until then).
     enter_at: Millis,
     entered: bool,
     started: bool,
@@ -232,6 +237,8 @@ pub struct SlotCore {
     /// The screen changed since it was last classified.
     dirty: bool,
     paste: Option<Paste>,
+    /// The paste ids the terminal host reported at (re)connection, when it reported them.
+    host_pasted: Option<std::collections::BTreeSet<u64>>,
     reaped: bool,
 }
 
@@ -263,7 +270,43 @@ impl SlotCore {
             last_contents: String::new(),
             dirty: false,
             paste: None,
+            host_pasted: None,
             reaped: false,
+        }
+    }
+
+    /// The paste ids the terminal host says it has taken (from its hello).
+    pub fn host_pastes(&mut self, ids: &[u64]) {
+        self.host_pasted = Some(ids.iter().copied().collect());
+    }
+
+    /// After a restart: was message `msg` (recorded as delivered) written? If it was, its turn
+    /// is watched for from now, as for a paste just made.
+    pub fn resolve(&mut self, msg: MsgId, text: &str, now: Millis) -> Written {
+        match &self.host_pasted {
+            None => Written::Unknown(
+                "the terminal host did not say which pastes it took (its connection is gone)"
+                    .into(),
+            ),
+            Some(ids) if ids.contains(&msg.0) => {
+                self.track(msg, text);
+                if let Some(p) = &mut self.paste {
+                    p.entered = true;
+                    p.enter_at = now;
+                }
+                Written::Yes
+            }
+            Some(ids) => match ids.first() {
+                // The host remembers its last pastes only: an id older than all of them cannot
+                // be told apart from one it never got.
+                Some(oldest) if ids.len() >= crate::term::PASTES_REMEMBERED && msg.0 < *oldest => {
+                    Written::Unknown(format!(
+                        "the terminal host remembers only its last {} pastes",
+                        crate::term::PASTES_REMEMBERED
+                    ))
+                }
+                _ => Written::No,
+            },
         }
     }
 
@@ -320,6 +363,11 @@ impl SlotCore {
 
     pub fn status_since(&self) -> Millis {
         self.status_since
+    }
+
+    /// The message handed to the terminal host whose paste and Enter it has not confirmed.
+    pub fn paste_unconfirmed(&self) -> Option<MsgId> {
+        self.paste.as_ref().filter(|p| !p.entered).map(|p| p.msg)
     }
 
     /// The message whose paste is in flight (pasted, its turn not yet seen to start).
@@ -473,53 +521,52 @@ impl SlotCore {
         fx
     }
 
-    /// Paste `text` (already made safe by the caller's rules or not: [`crate::sanitize`] is
-    /// applied here again) as message `msg`, then its Enter after the profile's delay.
-    pub fn paste(&mut self, msg: MsgId, text: &str, now: Millis) -> Vec<Effect> {
-        let bytes = crate::sanitize::paste_bytes(text, self.bracketed_paste());
+    fn track(&mut self, msg: MsgId, text: &str) {
         let marker = crate::sanitize::for_terminal(text.lines().next().unwrap_or(""))
             .0
             .trim()
             .to_string();
-        let delay = self.profile.enter_delay_ms;
         self.paste = Some(Paste {
             msg,
             marker,
-            enter_at: now + delay,
+            enter_at: 0,
             entered: false,
             started: false,
             reported: false,
         });
-        let mut fx = vec![Effect::Write(bytes)];
-        if delay == 0 {
-            self.enter(now, &mut fx);
-        }
-        fx
     }
 
-    fn enter(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+    /// Paste `text` (made safe here by [`crate::sanitize`]) as message `msg`; the terminal
+    /// host writes it and, after the profile's delay, its Enter, and says so ([`Self::pasted`]).
+    pub fn paste(&mut self, msg: MsgId, text: &str) -> Vec<Effect> {
+        let bytes = crate::sanitize::paste_bytes(text, self.bracketed_paste());
+        self.track(msg, text);
+        vec![Effect::Paste {
+            msg,
+            bytes,
+            enter_delay_ms: self.profile.enter_delay_ms,
+        }]
+    }
+
+    /// The terminal host wrote message `msg`'s paste and its Enter: from now on, a turn
+    /// starting is evidence that it took it.
+    pub fn pasted(&mut self, msg: MsgId, now: Millis) -> Vec<Effect> {
         if let Some(p) = &mut self.paste
+            && p.msg == msg
             && !p.entered
         {
             p.entered = true;
             p.enter_at = now;
-            fx.push(Effect::Write(b"\r".to_vec()));
         }
+        vec![]
     }
 
-    /// Time passed: the Enter of a paste, classifying a screen that has been still for the
-    /// stability window, a signal that no longer holds, a paste not taken, the idle reap.
+    /// Time passed: classifying a screen that has been still for the stability window, a
+    /// signal that no longer holds, a paste not taken, the idle reap.
     pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
         if self.status == Status::Exited {
             return fx;
-        }
-        if self
-            .paste
-            .as_ref()
-            .is_some_and(|p| !p.entered && now >= p.enter_at)
-        {
-            self.enter(now, &mut fx);
         }
         if self.tools_until.is_some_and(|t| now >= t) {
             // They never came (an agent that lists tools lazily, or none): go ahead anyway.
@@ -582,12 +629,12 @@ impl SlotCore {
         {
             at.push(self.last_change + self.profile.hook_yield_ms.max(self.profile.stable_ms));
         }
-        if let Some(p) = &self.paste {
-            if !p.entered {
-                at.push(p.enter_at);
-            } else if !p.started && !p.reported {
-                at.push(p.enter_at + self.settings.accept_timeout_ms);
-            }
+        if let Some(p) = &self.paste
+            && p.entered
+            && !p.started
+            && !p.reported
+        {
+            at.push(p.enter_at + self.settings.accept_timeout_ms);
         }
         if let Some(t) = self.tools_until {
             at.push(t);
