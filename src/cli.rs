@@ -1485,7 +1485,10 @@ pub fn drift_check(
     let reports = gates::evaluate_all(&ix, Some(reader), &p);
     if json {
         for r in &reports {
-            println!("{}", fleetd_actors::sanitize::json_for_terminal(&serde_json::to_string(r)?));
+            println!(
+                "{}",
+                fleetd_actors::sanitize::json_for_terminal(&serde_json::to_string(r)?)
+            );
         }
     } else {
         if keys.is_empty() {

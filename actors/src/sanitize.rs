@@ -197,10 +197,17 @@ mod tests {
         let v = serde_json::json!({"t": "a\u{9b}31m\u{7f}\u{202e}z\u{1b}", "n": 1});
         let raw = serde_json::to_string(&v).unwrap();
         let safe = json_for_terminal(&raw);
-        assert!(!safe.chars().any(|c| c == '\u{9b}' || c == '\u{7f}' || c == '\u{202e}' || c == '\u{1b}'));
+        assert!(
+            !safe
+                .chars()
+                .any(|c| c == '\u{9b}' || c == '\u{7f}' || c == '\u{202e}' || c == '\u{1b}')
+        );
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back, v);
-        assert!(matches!(json_for_terminal("{\"a\":\"b\"}"), Cow::Borrowed(_)));
+        assert!(matches!(
+            json_for_terminal("{\"a\":\"b\"}"),
+            Cow::Borrowed(_)
+        ));
     }
 
     proptest! {
