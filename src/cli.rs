@@ -348,8 +348,11 @@ fn api(e: ClientError) -> anyhow::Error {
     }
 }
 
+/// JSON output: exact (it parses to what the daemon sent), with the characters a terminal could
+/// act on written as `\uXXXX` escapes.
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    println!("{}", fleetd_actors::sanitize::json_for_terminal(&text));
 }
 
 fn ago(ms: Option<u64>) -> String {
@@ -980,9 +983,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             while let Some(e) = st.next().await {
                 let e = e.map_err(api)?;
                 if json {
-                    let _ = writeln!(out, "{}", serde_json::to_string(&e).unwrap_or_default());
+                    let text = serde_json::to_string(&e).unwrap_or_default();
+                    let _ = writeln!(out, "{}", fleetd_actors::sanitize::json_for_terminal(&text));
                 } else {
-                    let _ = writeln!(out, "{}", describe_event(&e));
+                    let text = describe_event(&e);
+                    let _ = writeln!(out, "{}", fleetd_actors::sanitize::for_display(&text));
                 }
                 let _ = out.flush();
                 n += 1;
@@ -1480,7 +1485,10 @@ pub fn drift_check(
     let reports = gates::evaluate_all(&ix, Some(reader), &p);
     if json {
         for r in &reports {
-            say!("{}", serde_json::to_string(r)?);
+            println!(
+                "{}",
+                fleetd_actors::sanitize::json_for_terminal(&serde_json::to_string(r)?)
+            );
         }
     } else {
         if keys.is_empty() {

@@ -2,6 +2,10 @@
 //! terminal it behaves like a real CLI agent: raw mode, bracketed paste, a prompt, a busy line
 //! while it works, and MCP tool calls through `fleetd mcp` with rmcp's client.
 //!
+//! `--record FILE` (any script) appends every raw byte the agent reads from its terminal to FILE
+//! before the script sees it: a byte-exact record of what fleetd typed into it, for tests that
+//! check pastes carry nothing but the paste (`tests/it/hostile.rs`).
+//!
 //! Owns only the scripts. Must never talk to the daemon except as an agent would (MCP through
 //! the shim, `fleetd signal` hooks).
 
@@ -75,6 +79,10 @@ pub struct SimArgs {
     /// Worker: anchor this identity statement with fleet_drift before each reply.
     #[arg(long)]
     pub anchor: Option<String>,
+    /// Append every raw byte read from the terminal to this file (created if missing; written
+    /// unbuffered as each read returns, before the script sees it).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<std::path::PathBuf>,
 }
 
 const PROMPT: &str = "sim> ";
@@ -307,6 +315,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 async fn main_loop(args: SimArgs) -> anyhow::Result<()> {
+    let mut record = match &args.record {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| anyhow::anyhow!("--record {}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
     let _raw = Raw::enter();
     let name = std::env::var("FLEETD_MEMBER").unwrap_or_else(|_| "sim".into());
     out("\x1b[?2004h");
@@ -336,6 +354,10 @@ async fn main_loop(args: SimArgs) -> anyhow::Result<()> {
                 match stdin.read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
+                        if let Some(f) = record.as_mut() {
+                            // A File is unbuffered: the bytes are in the file when this returns.
+                            let _ = f.write_all(&buf[..n]);
+                        }
                         if tx.blocking_send(buf[..n].to_vec()).is_err() {
                             break;
                         }

@@ -108,6 +108,26 @@ pub fn for_display(text: &str) -> Cow<'_, str> {
     }
 }
 
+/// Serialized JSON made safe to print on a terminal without changing what it parses to:
+/// serde_json escapes C0 controls but leaves DEL, C1 controls and the bidi overrides raw (a
+/// terminal may read U+009B as CSI); those can only occur inside strings, where `\uXXXX`
+/// means the same character.
+pub fn json_for_terminal(json: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| matches!(c, '\x7f' | '\u{80}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !json.chars().any(unsafe_char) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// The bytes of one paste of `text`: neutralised, never ending in a backslash, and wrapped in
 /// the bracketed-paste markers when the program asked for them. Without bracketed paste a newline would be typed as Enter,
 /// so each line break becomes a visible ` ⏎ ` and the text stays one line (one prompt).
@@ -170,6 +190,24 @@ mod tests {
         assert!(paste_bytes("a trailing \\", true).ends_with(b"\\ \x1b[201~"));
         let flat = paste_bytes("one\ntwo\x1b", false);
         assert_eq!(String::from_utf8(flat).unwrap(), "one \u{23ce} two^[");
+    }
+
+    #[test]
+    fn json_for_a_terminal_parses_to_the_same_value() {
+        let v = serde_json::json!({"t": "a\u{9b}31m\u{7f}\u{202e}z\u{1b}", "n": 1});
+        let raw = serde_json::to_string(&v).unwrap();
+        let safe = json_for_terminal(&raw);
+        assert!(
+            !safe
+                .chars()
+                .any(|c| c == '\u{9b}' || c == '\u{7f}' || c == '\u{202e}' || c == '\u{1b}')
+        );
+        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+        assert_eq!(back, v);
+        assert!(matches!(
+            json_for_terminal("{\"a\":\"b\"}"),
+            Cow::Borrowed(_)
+        ));
     }
 
     proptest! {

@@ -6,6 +6,7 @@ mod config;
 mod drift;
 mod durability;
 mod fleet;
+mod hostile;
 mod ledger;
 mod link;
 mod mail;
