@@ -342,6 +342,14 @@ pub struct Events {
 }
 
 impl Events {
+    /// The next event (None when the stream ends).
+    #[allow(dead_code)] // the crash trials'
+    pub async fn next(&mut self) -> Option<Event> {
+        let e = self.stream.next().await?.ok()?;
+        self.seen.push(e.clone());
+        Some(e)
+    }
+
     /// Wait (bounded) for the first event (seen or new) matching `pred`.
     /// Wait for a drift alert about `peer` under `rule` whose text `text` accepts; its text.
     pub async fn alert(

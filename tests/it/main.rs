@@ -3,6 +3,7 @@
 mod anchors;
 mod common;
 mod config;
+mod crash;
 mod drift;
 mod durability;
 mod fleet;

@@ -449,6 +449,7 @@ impl Injector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Written;
     use proptest::prelude::*;
 
     fn target() -> MemberName {
@@ -459,6 +460,7 @@ mod tests {
         Injector::new(
             target(),
             vec![],
+            None,
             InjectorLimits {
                 max_queue: max,
                 accept_timeout_ms: 1_000,
@@ -631,24 +633,82 @@ mod tests {
 
     #[test]
     fn rebuild_resumes_in_flight_message() {
-        let mut d = msg(1);
-        d.state = ReceiptState::Delivered;
-        d.delivered_at = Some(100);
+        let rebuilt = || {
+            let mut d = msg(1);
+            d.state = ReceiptState::Delivered;
+            d.delivered_at = Some(100);
+            Injector::new(
+                target(),
+                vec![d, msg(2)],
+                None,
+                InjectorLimits {
+                    max_queue: 5,
+                    accept_timeout_ms: 50,
+                },
+            )
+        };
+        let mut i = rebuilt();
+        assert_eq!(i.unresolved().map(|m| m.id), Some(MsgId(1)));
+        // Nothing is delivered, and nothing stalls, before the terminal host's word on it.
+        assert!(delivered(&i.target_status(view(Status::Idle), 110)).is_empty());
+        assert_eq!(i.next_deadline(), None);
+        // Evidence of a turn cannot accept it before that either (it could be anyone's turn).
+        assert!(i.turn_started(MsgId(1), 120).is_empty());
+        // Written: its turn is awaited from now; the backstop counts from the restart.
+        assert!(i.resolve(MsgId(1), Written::Yes, 130).is_empty());
+        assert_eq!(i.next_deadline(), Some(130 + 2 * 50 + BACKSTOP_GRACE_MS));
+        let fx = i.turn_started(MsgId(1), 140);
+        assert!(matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Accepted));
+
+        // Never got it: delivered again, first in line, once.
+        let mut i = rebuilt();
+        let fx = i.resolve(MsgId(1), Written::No, 130);
+        assert!(matches!(&fx[0], Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Queued));
+        assert!(fx.iter().all(|e| !matches!(e, Effect::Deliver(_))), "not idle yet");
+        assert_eq!(delivered(&i.target_status(view(Status::Idle), 140)), vec![1]);
+        assert!(i.resolve(MsgId(1), Written::No, 150).is_empty(), "resolved once");
+
+        // Nobody can say: stalled with the reason, never accepted on a guess.
+        let mut i = rebuilt();
+        let fx = i.resolve(MsgId(1), Written::Unknown("the host is gone".into()), 130);
+        assert!(matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
+            && m.note.as_deref().is_some_and(|n| n.contains("cannot be known: the host is gone"))));
+    }
+
+    #[test]
+    fn a_turn_the_restart_cut_short_still_ends_with_its_tail() {
+        let mut a = msg(1);
+        a.state = ReceiptState::Accepted;
         let mut i = Injector::new(
             target(),
-            vec![d, msg(2)],
+            vec![msg(2)],
+            Some(a),
             InjectorLimits {
                 max_queue: 5,
                 accept_timeout_ms: 50,
             },
         );
         assert_eq!(i.in_flight().map(|m| m.id), Some(MsgId(1)));
-        // Not delivered twice on the first idle after a restart.
-        assert!(delivered(&i.target_status(view(Status::Idle), 110)).is_empty());
-        let backstop = 100 + 2 * 50 + BACKSTOP_GRACE_MS;
-        assert!(
-            matches!(&i.tick(backstop)[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled)
+        // The first status the target can take a message in ends that turn (the desk attaches
+        // the tail), and only then is the next message pasted.
+        let fx = i.target_status(view(Status::Idle), 10);
+        assert_eq!(
+            fx[0],
+            Effect::TurnEnded {
+                msg: MsgId(1),
+                ticket: Some(TicketId(1))
+            }
         );
+        assert_eq!(delivered(&fx), vec![2]);
+    }
+
+    #[test]
+    fn a_quiesced_injector_delivers_nothing_more() {
+        let mut i = inj(10);
+        i.enqueue(msg(1), 0).unwrap();
+        i.quiesce();
+        assert!(delivered(&i.target_status(view(Status::Idle), 1)).is_empty());
+        assert!(delivered(&i.enqueue(msg(2), 2).unwrap()).is_empty());
     }
 
     #[derive(Clone, Debug)]

@@ -371,7 +371,7 @@ fn forward(
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 break;
             };
-            let last = !matches!(ev, TermEvent::Output(_));
+            let last = matches!(ev, TermEvent::Exited { .. } | TermEvent::Lost(_));
             if myself.cast(SlotMsg::Term(ev, Some(permit))).is_err() || last {
                 break;
             }
@@ -623,7 +623,10 @@ impl Actor for SlotActor {
                 st.core.set_settings(settings(&st.ctx, st.role));
             }
             SlotMsg::Resolve { msg, reply } => {
-                let _ = reply.send(st.core.resolve(msg.id, &delivery_text(&msg), now));
+                let (written, fx) = st.core.resolve(msg.id, &delivery_text(&msg), now);
+                let _ = reply.send(written);
+                // After the answer: the injector applies it before any evidence.
+                st.apply(fx).await;
             }
             SlotMsg::Unconfirmed { reply } => {
                 let _ = reply.send(st.core.paste_unconfirmed());

@@ -281,8 +281,21 @@ impl SlotCore {
     }
 
     /// After a restart: was message `msg` (recorded as delivered) written? If it was, its turn
-    /// is watched for from now, as for a paste just made.
-    pub fn resolve(&mut self, msg: MsgId, text: &str, now: Millis) -> Written {
+    /// is watched for from now, as for a paste just made; a turn already on screen (the busy
+    /// marker, or a permission dialog) is its turn, since nothing else was pasted after it.
+    pub fn resolve(&mut self, msg: MsgId, text: &str, now: Millis) -> (Written, Vec<Effect>) {
+        let written = self.written(msg, text, now);
+        let mut fx = vec![];
+        if written == Written::Yes {
+            let window = scan_window(&self.last_contents, self.profile.scan_lines);
+            if hit(&self.profile.busy, &window) || self.dialog {
+                self.started(Evidence::Screen, &mut fx);
+            }
+        }
+        (written, fx)
+    }
+
+    fn written(&mut self, msg: MsgId, text: &str, now: Millis) -> Written {
         match &self.host_pasted {
             None => Written::Unknown(
                 "the terminal host did not say which pastes it took (its connection is gone)"
@@ -716,6 +729,7 @@ impl SlotCore {
 mod tests {
     use super::*;
     use crate::config::{Config, Profile};
+    use crate::types::Written;
     use proptest::prelude::*;
 
     fn settings(ttl: Millis) -> SlotSettings {
@@ -769,13 +783,23 @@ mod tests {
             .collect()
     }
 
-    fn writes(fx: &[Effect]) -> Vec<Vec<u8>> {
+    fn pastes(fx: &[Effect]) -> Vec<(Vec<u8>, Millis)> {
         fx.iter()
             .filter_map(|e| match e {
-                Effect::Write(b) => Some(b.clone()),
+                Effect::Paste {
+                    bytes,
+                    enter_delay_ms,
+                    ..
+                } => Some((bytes.clone(), *enter_delay_ms)),
                 _ => None,
             })
             .collect()
+    }
+
+    /// A paste the terminal host confirms (paste and Enter written) at `at`.
+    fn paste_written(c: &mut SlotCore, id: u64, text: &str, at: Millis) {
+        c.paste(MsgId(id), text);
+        c.pasted(MsgId(id), at);
     }
 
     /// Redraw the whole screen (as TUIs do): `lines` from the top.
@@ -886,34 +910,67 @@ mod tests {
     }
 
     #[test]
-    fn a_paste_is_written_then_its_enter_then_accepted_on_the_busy_marker() {
+    fn a_paste_goes_to_the_host_whole_and_is_accepted_on_the_busy_marker_after_its_enter() {
         let mut c = idle_tui();
-        let fx = c.paste(MsgId(7), "[fleet ticket t-7 from lead]\nhello", 1_000);
-        let w = writes(&fx);
-        assert_eq!(w.len(), 1, "the Enter waits for the delay");
-        assert!(w[0].starts_with(b"\x1b[200~") && w[0].ends_with(b"\x1b[201~"));
-        assert_eq!(c.next_deadline(), Some(1_050));
-        // The echo in the input box is no evidence.
-        let fx = c.output(
-            &frame(&["welcome", "> [Pasted text +2 lines]", "? for shortcuts"]),
-            1_010,
-        );
+        let fx = c.paste(MsgId(7), "[fleet ticket t-7 from lead]\nhello");
+        let p = pastes(&fx);
+        assert_eq!(p.len(), 1);
+        assert!(p[0].0.starts_with(b"\x1b[200~") && p[0].0.ends_with(b"\x1b[201~"));
+        assert_eq!(p[0].1, 50, "the host waits the profile's Enter delay");
+        assert_eq!(c.paste_unconfirmed(), Some(MsgId(7)));
+        // The echo in the input box is no evidence; nor is work before the Enter was written.
+        let fx = c.output(&frame(&["welcome", "> [Pasted text +2 lines]", "? for shortcuts"]), 1_010);
         assert!(started(&fx).is_empty());
-        assert_eq!(writes(&c.tick(1_050)), vec![b"\r".to_vec()]);
+        let fx = c.output(&frame(&["welcome", "> x", "* esc to interrupt"]), 1_020);
+        assert!(started(&fx).is_empty());
+        // The host says paste and Enter are written.
+        assert!(c.pasted(MsgId(7), 1_050).is_empty());
+        assert_eq!(c.paste_unconfirmed(), None);
         let fx = c.output(&frame(&["> hello", "", "* esc to interrupt"]), 1_100);
         assert_eq!(started(&fx), vec![(MsgId(7), Evidence::Screen)]);
-        assert_eq!(statuses(&fx), vec![Status::Working]);
         // Once only.
-        assert!(
-            started(&c.output(&frame(&["> hello", "x", "* esc to interrupt"]), 1_200)).is_empty()
+        assert!(started(&c.output(&frame(&["> hello", "x", "* esc to interrupt"]), 1_200)).is_empty());
+    }
+
+    #[test]
+    fn after_a_restart_the_hosts_record_says_whether_a_delivery_was_written() {
+        let mut c = idle_tui();
+        assert!(matches!(
+            c.resolve(MsgId(3), "[fleet ticket t-3 from lead]\nx", 10).0,
+            Written::Unknown(_)
+        ));
+        c.host_pastes(&[1, 3]);
+        assert_eq!(c.resolve(MsgId(2), "x", 10).0, Written::No);
+        assert_eq!(
+            c.resolve(MsgId(3), "[fleet ticket t-3 from lead]\nx", 10),
+            (Written::Yes, vec![])
         );
+        // A written one is watched for its turn from now.
+        let fx = c.signal(
+            Signal::TurnStarted {
+                prompt: Some("[fleet ticket t-3 from lead]\nx".into()),
+            },
+            20,
+        );
+        assert_eq!(started(&fx), vec![(MsgId(3), Evidence::Hook)]);
+        // Older than all the host remembers: cannot be told.
+        let ids: Vec<u64> = (100..100 + crate::term::PASTES_REMEMBERED as u64).collect();
+        c.host_pastes(&ids);
+        assert!(matches!(c.resolve(MsgId(50), "x", 30).0, Written::Unknown(_)));
+        assert_eq!(c.resolve(MsgId(5_000), "x", 30).0, Written::No);
+        // A turn already on screen when the daemon came back is the written paste's turn.
+        let mut c = idle_tui();
+        c.output(&frame(&["Bash: rm x", "Do you want to proceed?", "❯ 1. Yes"]), 40);
+        c.host_pastes(&[9]);
+        let (w, fx) = c.resolve(MsgId(9), "[fleet ticket t-9 from lead]\nx", 50);
+        assert_eq!(w, Written::Yes);
+        assert_eq!(started(&fx), vec![(MsgId(9), Evidence::Screen)]);
     }
 
     #[test]
     fn a_paste_left_in_the_input_box_is_reported_with_the_screen() {
         let mut c = idle_tui();
-        c.paste(MsgId(1), "[fleet ticket t-1 from lead]\nplease", 0);
-        c.tick(50);
+        paste_written(&mut c, 1, "[fleet ticket t-1 from lead]\nplease", 50);
         c.output(
             &frame(&[
                 "welcome",
@@ -958,8 +1015,7 @@ mod tests {
     #[test]
     fn a_turn_started_hook_counts_only_for_the_pasted_message() {
         let mut c = idle_tui();
-        c.paste(MsgId(3), "[fleet ticket t-3 from lead]\nx", 0);
-        c.tick(50);
+        paste_written(&mut c, 3, "[fleet ticket t-3 from lead]\nx", 50);
         // The operator's own prompt: work, but not this message's turn.
         let fx = c.signal(
             Signal::TurnStarted {
@@ -978,19 +1034,17 @@ mod tests {
         assert_eq!(started(&fx), vec![(MsgId(3), Evidence::Hook)]);
         // A hook without the prompt text counts for the paste in flight, after its Enter only.
         let mut c = idle_tui();
-        c.paste(MsgId(4), "[fleet ticket t-4 from lead]\nx", 0);
+        c.paste(MsgId(4), "[fleet ticket t-4 from lead]\nx");
         assert!(started(&c.signal(Signal::TurnStarted { prompt: None }, 10)).is_empty());
         let mut c = idle_tui();
-        c.paste(MsgId(5), "[fleet ticket t-5 from lead]\nx", 0);
-        c.tick(50);
+        paste_written(&mut c, 5, "[fleet ticket t-5 from lead]\nx", 50);
         assert_eq!(
             started(&c.signal(Signal::TurnStarted { prompt: None }, 60)),
             vec![(MsgId(5), Evidence::Hook)]
         );
         // Codex's notify says so at the turn's end.
         let mut c = idle_tui();
-        c.paste(MsgId(6), "[fleet ticket t-6 from lead]\nx", 0);
-        c.tick(50);
+        paste_written(&mut c, 6, "[fleet ticket t-6 from lead]\nx", 50);
         let fx = c.signal(
             Signal::Idle {
                 turn: Some("[fleet ticket t-6 from lead]\nx".into()),
@@ -1085,8 +1139,9 @@ mod tests {
         c.output(b"$ ", 0);
         c.tick(1_500);
         assert_eq!(c.status(), Status::Idle);
-        let fx = c.paste(MsgId(1), "echo hi", 2_000);
-        assert_eq!(writes(&fx).len(), 2, "no delay: paste and Enter together");
+        let fx = c.paste(MsgId(1), "echo hi");
+        assert_eq!(pastes(&fx)[0].1, 0, "no delay: the Enter right after the paste");
+        c.pasted(MsgId(1), 2_000);
         let fx = c.output(b"echo hi\r\nhi\r\n$ ", 2_010);
         assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Screen)]);
     }
@@ -1134,6 +1189,8 @@ mod tests {
         Screen(u8),
         Signal(u8),
         Paste,
+        /// The host confirms the last paste written.
+        Written,
         Tick(u16),
     }
 
@@ -1171,6 +1228,7 @@ mod tests {
             (0u8..5).prop_map(Ev::Screen),
             any::<u8>().prop_map(Ev::Signal),
             Just(Ev::Paste),
+            Just(Ev::Written),
             (0u16..3000).prop_map(Ev::Tick),
         ], 1..80)) {
             let mut c = idle_tui();
@@ -1191,13 +1249,16 @@ mod tests {
                     Ev::Paste => {
                         last_paste = next;
                         next += 1;
-                        c.paste(MsgId(last_paste), &format!("[fleet ticket t-{last_paste} from lead]\nx"), now)
+                        c.paste(MsgId(last_paste), &format!("[fleet ticket t-{last_paste} from lead]\nx"))
+                    }
+                    Ev::Written => {
+                        entered.insert(last_paste);
+                        c.pasted(MsgId(last_paste), now)
                     }
                     Ev::Tick(dt) => { now += dt as u64; c.tick(now) }
                 };
                 for f in &fx {
                     match f {
-                        Effect::Write(b) if b == b"\r" => { entered.insert(last_paste); }
                         Effect::TurnStarted { msg, .. } => {
                             prop_assert!(entered.contains(&msg.0), "accepted before its Enter");
                             prop_assert!(accepted.insert(msg.0), "accepted twice");
