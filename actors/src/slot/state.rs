@@ -144,7 +144,7 @@ pub enum Effect {
     },
     /// Idle for the whole TTL: stop the member and say why.
     Reap { idle_ms: Millis },
-    /// Write these bytes to the terminal (a paste, then its Enter).
+    /// Write these bytes to the terminal (a paste, then its Enter; an Enter pressed again).
     Write(Vec<u8>),
     /// The agent started a turn on the pasted message.
     TurnStarted { msg: MsgId, by: Evidence },
@@ -198,6 +198,8 @@ struct Paste {
     entered: bool,
     started: bool,
     reported: bool,
+    /// The Enter was pressed once more (the text still sat in the input box).
+    retried: bool,
 }
 
 /// The last lines of a screen, for notes.
@@ -489,6 +491,7 @@ impl SlotCore {
             entered: false,
             started: false,
             reported: false,
+            retried: false,
         });
         let mut fx = vec![Effect::Write(bytes)];
         if delay == 0 {
@@ -537,6 +540,24 @@ impl SlotCore {
             && still >= self.profile.hook_yield_ms
         {
             self.pin = None;
+        }
+        let retry = self.profile.enter_retry_ms;
+        let text_in_box = self.screen
+            == (Classified {
+                status: Status::Idle,
+                injectable: false,
+            });
+        if let Some(p) = &mut self.paste
+            && retry > 0
+            && p.entered
+            && !p.started
+            && !p.retried
+            && now >= p.enter_at + retry
+        {
+            p.retried = true;
+            if text_in_box {
+                fx.push(Effect::Write(b"\r".to_vec()));
+            }
         }
         let timeout = self.settings.accept_timeout_ms;
         if let Some(p) = &mut self.paste
@@ -587,6 +608,9 @@ impl SlotCore {
                 at.push(p.enter_at);
             } else if !p.started && !p.reported {
                 at.push(p.enter_at + self.settings.accept_timeout_ms);
+                if self.profile.enter_retry_ms > 0 && !p.retried {
+                    at.push(p.enter_at + self.profile.enter_retry_ms);
+                }
             }
         }
         if let Some(t) = self.tools_until {
@@ -906,6 +930,40 @@ mod tests {
             6_000,
         );
         assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Hook)]);
+    }
+
+    #[test]
+    fn an_enter_the_tui_dropped_is_pressed_once_more() {
+        let p = Profile {
+            command: vec!["tui".into()],
+            prompt: Some("(?m)^> ?$".into()),
+            input: Some("(?m)^> ".into()),
+            busy: Some("esc to interrupt".into()),
+            stable_ms: 100,
+            enter_delay_ms: 50,
+            enter_retry_ms: 500,
+            ..Profile::default()
+        };
+        let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
+        c.output(b"\x1b[?2004h", 0);
+        c.output(&frame(&["> "]), 0);
+        c.tick(100);
+        c.paste(MsgId(1), "[fleet ticket t-1 from lead]\nx", 1_000);
+        assert_eq!(writes(&c.tick(1_050)), vec![b"\r".to_vec()]);
+        c.output(&frame(&["> [Pasted Text: 2 lines]"]), 1_060);
+        assert_eq!(c.next_deadline(), Some(1_160), "classify first");
+        c.tick(1_160);
+        assert_eq!(c.next_deadline(), Some(1_550));
+        assert_eq!(writes(&c.tick(1_550)), vec![b"\r".to_vec()], "once more");
+        assert!(writes(&c.tick(2_500)).is_empty(), "only once");
+        // It went: the turn starts.
+        let fx = c.output(&frame(&["> ", "* esc to interrupt"]), 2_600);
+        assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Screen)]);
+        // A box that emptied needs no second Enter.
+        let mut c = idle_tui();
+        c.paste(MsgId(2), "x", 0);
+        c.tick(50);
+        assert!(writes(&c.tick(5_000)).iter().all(|w| w != b"\r"));
     }
 
     #[test]
