@@ -30,11 +30,30 @@ pub struct Member<'a> {
     pub cwd: Option<&'a Path>,
 }
 
+/// What the spawn read of the user's own configuration for a CLI (where the wiring must add to
+/// it rather than replace it): the CLI's config directory, its settings file, its entries.
+#[derive(Clone, Debug, Default)]
+pub struct UserConfig {
+    pub dir: Option<PathBuf>,
+    pub settings: Option<String>,
+    pub entries: Vec<String>,
+}
+
+/// The user's configuration directory of `kind` that the wiring builds on, if any.
+pub fn user_config_dir(kind: AgentKind, home: &Path) -> Option<PathBuf> {
+    match kind {
+        AgentKind::Gemini => Some(home.join(".gemini")),
+        _ => None,
+    }
+}
+
 /// What to add to a member's launch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Wiring {
     /// Files to write (mode 0600) before the launch.
     pub files: Vec<(PathBuf, String)>,
+    /// Symbolic links to make (target, link), e.g. the user's own CLI state.
+    pub links: Vec<(PathBuf, PathBuf)>,
     /// Arguments appended to the command.
     pub args: Vec<String>,
     /// Environment for the agent.
@@ -137,6 +156,7 @@ fn claude(m: &Member) -> Wiring {
             (mcp.clone(), pretty(&mcp_text)),
             (settings.clone(), pretty(&settings_text)),
         ],
+        links: vec![],
         args: vec![
             "--mcp-config".into(),
             path(&mcp),
@@ -245,6 +265,7 @@ fn codex(m: &Member, charter_text: &str) -> Wiring {
     c("developer_instructions", toml_str(charter_text));
     Wiring {
         files: vec![],
+        links: vec![],
         args,
         env: vec![],
         summary: vec![
@@ -259,11 +280,7 @@ fn codex(m: &Member, charter_text: &str) -> Wiring {
     }
 }
 
-/// Gemini CLI: a system settings file (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`, which outranks the
-/// user's and the project's settings) with the MCP server (trusted: no dialog per fleet call)
-/// and the hooks; the charter comes back from the `SessionStart` hook as additional context
-/// (`GEMINI_SYSTEM_MD` would replace Gemini's whole system prompt). The input box and footer
-/// are pinned to the bottom rows (`ui.useAlternateBuffer`) so the screen rules can find them.
+/// Gemini CLI hooks.
 pub const GEMINI_HOOKS: &[&str] = &[
     "SessionStart",
     "BeforeAgent",
@@ -273,37 +290,111 @@ pub const GEMINI_HOOKS: &[&str] = &[
     "SessionEnd",
 ];
 
-fn gemini(m: &Member) -> Wiring {
-    let settings = m.dir.join("gemini-settings.json");
+/// JSON with comments (Gemini CLI's settings files allow `//` and `/* */`), comments removed.
+pub fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        out.push(n);
+                    }
+                }
+                '"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_str = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut prev = ' ';
+                for n in chars.by_ref() {
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Gemini CLI: a per-member Gemini home (`GEMINI_CLI_HOME`) whose `.gemini` holds the user's
+/// own entries (credentials, history, extensions: linked, not copied) and a `settings.json`
+/// that is the user's settings plus fleetd's: the MCP server (trusted: no dialog per fleet
+/// call), the hooks (added to the user's), and the input box pinned to the bottom rows
+/// (`ui.useAlternateBuffer`) so the screen rules find it. The charter comes back from the
+/// `SessionStart` hook as additional context (`GEMINI_SYSTEM_MD` would replace Gemini's whole
+/// system prompt). A system settings file cannot be used: Gemini reads one only when it and
+/// every directory above it belong to root.
+fn gemini(m: &Member, user: &UserConfig) -> Wiring {
+    let home = m.dir.join("gemini-home");
+    let dot = home.join(".gemini");
+    let settings = dot.join("settings.json");
     let command = format!(
         "{} --context {}",
         hook_command(m),
         shell_quote(&path(m.charter))
     );
-    let hook = json!([{ "hooks": [{ "type": "command", "command": command, "name": "fleetd", "timeout": 10000 }] }]);
-    let hooks: serde_json::Map<String, serde_json::Value> = GEMINI_HOOKS
-        .iter()
-        .map(|e| (e.to_string(), hook.clone()))
-        .collect();
-    let text = json!({
-        "mcpServers": {
-            "fleet": {
-                "command": path(m.fleetd),
-                "args": shim_args(m),
-                "env": shim_env(m),
-                "trust": true,
-            }
-        },
-        "hooks": hooks,
-        "ui": { "useAlternateBuffer": true },
+    let ours = json!({ "hooks": [{ "type": "command", "command": command, "name": "fleetd", "timeout": 10000 }] });
+    let mut merged = user
+        .settings
+        .as_deref()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&strip_json_comments(t)).ok())
+        .filter(|v| v.is_object())
+        .unwrap_or_else(|| json!({}));
+    merged["mcpServers"]["fleet"] = json!({
+        "command": path(m.fleetd),
+        "args": shim_args(m),
+        "env": shim_env(m),
+        "trust": true,
     });
+    for e in GEMINI_HOOKS {
+        let list = &mut merged["hooks"][*e];
+        if !list.is_array() {
+            *list = json!([]);
+        }
+        if let Some(a) = list.as_array_mut() {
+            a.push(ours.clone());
+        }
+    }
+    merged["ui"]["useAlternateBuffer"] = json!(true);
+    let links = match &user.dir {
+        Some(d) => user
+            .entries
+            .iter()
+            .filter(|e| e.as_str() != "settings.json")
+            .map(|e| (d.join(e), dot.join(e)))
+            .collect(),
+        None => vec![],
+    };
     Wiring {
-        files: vec![(settings.clone(), pretty(&text))],
+        files: vec![(settings.clone(), pretty(&merged))],
+        links,
         args: vec![],
-        env: vec![("GEMINI_CLI_SYSTEM_SETTINGS_PATH".into(), path(&settings))],
+        env: vec![("GEMINI_CLI_HOME".into(), path(&home))],
         summary: vec![
             format!(
-                "MCP server `fleet` (fleetd mcp, trusted), hooks {} -> fleetd signal --hook, in {} (GEMINI_CLI_SYSTEM_SETTINGS_PATH)",
+                "MCP server `fleet` (fleetd mcp, trusted) and hooks {} -> fleetd signal --hook, added to your settings in {} (GEMINI_CLI_HOME; the rest of ~/.gemini linked)",
                 GEMINI_HOOKS.join(", "),
                 path(&settings)
             ),
@@ -355,8 +446,7 @@ export const FleetdPlugin = async () => ({{
   }},
   "chat.message": async (input, output) => {{
     const parts = (output && output.parts) || [];
-    const prompt = parts.filter((x) => x && x.type === "text").map((x) => x.text).join("
-").slice(0, 512);
+    const prompt = parts.filter((x) => x && x.type === "text").map((x) => x.text).join("\n").slice(0, 512);
     report({{ event: "turn-started", session_id: input && input.sessionID, prompt }});
   }},
 }});
@@ -367,13 +457,13 @@ export const FleetdPlugin = async () => ({{
     )
 }
 
-/// opencode: a config file merged over the user's (`OPENCODE_CONFIG`) with the MCP server and
-/// the charter as instructions, and a config directory (`OPENCODE_CONFIG_DIR`) holding the
-/// plugin that reports its events (opencode has no command hooks).
+/// opencode: a config file merged over the user's (`OPENCODE_CONFIG`) with the MCP server, the
+/// charter as instructions, and the plugin that reports its events (opencode has no command
+/// hooks), named by a `file://` URL: a plugin in a config directory would make opencode wait at
+/// start for an `npm install` into that directory.
 fn opencode(m: &Member) -> Wiring {
     let config = m.dir.join("opencode.json");
-    let dir = m.dir.join("opencode");
-    let plugin = dir.join("plugins").join("fleetd.js");
+    let plugin = m.dir.join("fleetd-plugin.js");
     let mut command = vec![path(m.fleetd)];
     command.extend(shim_args(m));
     let text = json!({
@@ -386,27 +476,21 @@ fn opencode(m: &Member) -> Wiring {
             }
         },
         "instructions": [path(m.charter)],
+        "plugin": [format!("file://{}", path(&plugin))],
     });
     Wiring {
         files: vec![
             (config.clone(), pretty(&text)),
             (plugin.clone(), opencode_plugin(m)),
         ],
+        links: vec![],
         args: vec![],
-        env: vec![
-            ("OPENCODE_CONFIG".into(), path(&config)),
-            ("OPENCODE_CONFIG_DIR".into(), path(&dir)),
-        ],
-        summary: vec![
-            format!(
-                "MCP server `fleet` (fleetd mcp) and the charter as instructions in {} (OPENCODE_CONFIG)",
-                path(&config)
-            ),
-            format!(
-                "plugin {} reports session events -> fleetd signal --hook (OPENCODE_CONFIG_DIR)",
-                path(&plugin)
-            ),
-        ],
+        env: vec![("OPENCODE_CONFIG".into(), path(&config))],
+        summary: vec![format!(
+            "MCP server `fleet` (fleetd mcp), the charter as instructions, and the plugin {} that reports session events -> fleetd signal --hook, in {} (OPENCODE_CONFIG)",
+            path(&plugin),
+            path(&config)
+        )],
     }
 }
 
@@ -415,12 +499,12 @@ fn pretty(v: &serde_json::Value) -> String {
 }
 
 /// The wiring for a member of kind `kind`. `charter_text` is the charter's content, for CLIs
-/// that take it inline.
-pub fn wire(kind: AgentKind, m: &Member, charter_text: &str) -> Wiring {
+/// that take it inline; `user` what the spawn read of the user's own config for this CLI.
+pub fn wire(kind: AgentKind, m: &Member, charter_text: &str, user: &UserConfig) -> Wiring {
     match kind {
         AgentKind::Claude => claude(m),
         AgentKind::Codex => codex(m, charter_text),
-        AgentKind::Gemini => gemini(m),
+        AgentKind::Gemini => gemini(m, user),
         AgentKind::Opencode => opencode(m),
     }
 }
@@ -469,7 +553,12 @@ mod tests {
     #[test]
     fn claude_is_wired_with_files_and_flags() {
         let dir = PathBuf::from("/var/lib/fleetd/agents/w1");
-        let w = wire(AgentKind::Claude, &member(&dir), "charter");
+        let w = wire(
+            AgentKind::Claude,
+            &member(&dir),
+            "charter",
+            &UserConfig::default(),
+        );
         assert_eq!(
             w.args,
             [
@@ -505,7 +594,12 @@ mod tests {
     #[test]
     fn codex_is_wired_by_overrides_that_parse_as_toml() {
         let dir = PathBuf::from("/x");
-        let w = wire(AgentKind::Codex, &member(&dir), "be \"careful\"\nline 2");
+        let w = wire(
+            AgentKind::Codex,
+            &member(&dir),
+            "be \"careful\"\nline 2",
+            &UserConfig::default(),
+        );
         assert!(w.files.is_empty());
         assert_eq!(w.args[0], "--no-daemon");
         let mut doc = toml::Table::new();
@@ -567,19 +661,60 @@ mod tests {
     #[test]
     fn gemini_and_opencode_are_wired_through_generated_config_files() {
         let dir = PathBuf::from("/var/lib/fleetd/agents/w1");
-        let w = wire(AgentKind::Gemini, &member(&dir), "c");
-        assert_eq!(w.env[0].0, "GEMINI_CLI_SYSTEM_SETTINGS_PATH");
+        let user = UserConfig {
+            dir: Some(PathBuf::from("/home/u/.gemini")),
+            settings: Some(
+                r#"{ // mine
+                    "security": {"auth": {"selectedType": "oauth-personal"}},
+                    /* a hook of my own */
+                    "hooks": {"AfterAgent": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},
+                    "url": "http://x/*not a comment*/"
+                }"#
+                .into(),
+            ),
+            entries: vec!["oauth_creds.json".into(), "settings.json".into(), "tmp".into()],
+        };
+        let w = wire(AgentKind::Gemini, &member(&dir), "c", &user);
+        assert_eq!(
+            w.env,
+            vec![(
+                "GEMINI_CLI_HOME".to_string(),
+                "/var/lib/fleetd/agents/w1/gemini-home".to_string()
+            )]
+        );
         let g: serde_json::Value = serde_json::from_str(&w.files[0].1).unwrap();
+        assert!(w.files[0].0.ends_with("gemini-home/.gemini/settings.json"));
+        // The user's settings are kept, fleetd's added.
+        assert_eq!(g["security"]["auth"]["selectedType"], "oauth-personal");
+        assert_eq!(g["url"], "http://x/*not a comment*/");
         assert_eq!(g["mcpServers"]["fleet"]["trust"], true);
         assert_eq!(g["mcpServers"]["fleet"]["env"]["FLEETD_MEMBER"], "w1");
-        let cmd = g["hooks"]["AfterAgent"][0]["hooks"][0]["command"]
-            .as_str()
-            .unwrap();
+        let after = g["hooks"]["AfterAgent"].as_array().unwrap();
+        assert_eq!(after.len(), 2, "the user's hook stays: {after:?}");
+        let cmd = after[1]["hooks"][0]["command"].as_str().unwrap();
         assert!(
             cmd.ends_with("signal --hook --context /var/lib/fleetd/charters/w1.md"),
             "{cmd}"
         );
-        let w = wire(AgentKind::Opencode, &member(&dir), "c");
+        assert_eq!(
+            w.links,
+            vec![
+                (
+                    PathBuf::from("/home/u/.gemini/oauth_creds.json"),
+                    PathBuf::from("/var/lib/fleetd/agents/w1/gemini-home/.gemini/oauth_creds.json")
+                ),
+                (
+                    PathBuf::from("/home/u/.gemini/tmp"),
+                    PathBuf::from("/var/lib/fleetd/agents/w1/gemini-home/.gemini/tmp")
+                ),
+            ]
+        );
+        let w = wire(
+            AgentKind::Opencode,
+            &member(&dir),
+            "c",
+            &UserConfig::default(),
+        );
         let o: serde_json::Value = serde_json::from_str(&w.files[0].1).unwrap();
         assert_eq!(
             o["mcp"]["fleet"]["command"],
@@ -596,8 +731,42 @@ mod tests {
             plugin.contains(r#"const FLEETD = "/opt/fleet d/fleetd";"#),
             "{plugin}"
         );
-        assert!(w.files[1].0.ends_with("opencode/plugins/fleetd.js"));
-        assert_eq!(w.env[1].0, "OPENCODE_CONFIG_DIR");
+        assert_eq!(
+            o["plugin"],
+            json!([format!("file://{}", w.files[1].0.display())])
+        );
+        assert_eq!(
+            w.env.len(),
+            1,
+            "no config dir: opencode would npm-install into it"
+        );
+        // The plugin is valid JavaScript (opencode drops one that is not, silently).
+        if let Ok(node) = which_node() {
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join("p.mjs");
+            std::fs::write(&f, plugin).unwrap();
+            let out = std::process::Command::new(node)
+                .arg("--check")
+                .arg(&f)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// node, for checking the generated plugin's syntax where it is installed.
+    fn which_node() -> Result<std::path::PathBuf, ()> {
+        std::env::var_os("PATH")
+            .and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("node"))
+                    .find(|p| p.is_file())
+            })
+            .ok_or(())
     }
 
     #[test]

@@ -402,6 +402,9 @@ pub struct Profile {
     pub stable_ms: u64,
     /// Pause between the paste and its Enter, for TUIs that swallow an Enter sent too soon.
     pub enter_delay_ms: u64,
+    /// If the pasted text still sits in the input box this long after its Enter (and no turn
+    /// started), press Enter once more. 0: never.
+    pub enter_retry_ms: u64,
     /// The regexes look at this many last non-blank lines of the screen (what the agent is
     /// showing now), not at what has scrolled up.
     pub scan_lines: usize,
@@ -430,6 +433,7 @@ impl Default for Profile {
             input: None,
             stable_ms: 1500,
             enter_delay_ms: 0,
+            enter_retry_ms: 0,
             scan_lines: 6,
             wait_for_tools_ms: 0,
             hook_yield_ms: 5000,
@@ -479,6 +483,7 @@ pub struct CompiledProfile {
     pub input: Option<Regex>,
     pub stable_ms: u64,
     pub enter_delay_ms: u64,
+    pub enter_retry_ms: u64,
     pub scan_lines: usize,
     pub wait_for_tools_ms: u64,
     pub hook_yield_ms: u64,
@@ -507,6 +512,7 @@ impl CompiledProfile {
             input: opt("input", &p.input)?,
             stable_ms: p.stable_ms,
             enter_delay_ms: p.enter_delay_ms,
+            enter_retry_ms: p.enter_retry_ms,
             scan_lines: p.scan_lines.max(1),
             wait_for_tools_ms: p.wait_for_tools_ms,
             hook_yield_ms: p.hook_yield_ms,

@@ -915,6 +915,7 @@ impl Fleet {
             let wiring = match agent {
                 Some(kind) => {
                     let dir = state_dir.join("agents").join(&n);
+                    let user = read_user_config(kind);
                     let w = crate::agents::wire(
                         kind,
                         &crate::agents::Member {
@@ -926,10 +927,16 @@ impl Fleet {
                             cwd: cwd.as_deref().map(std::path::Path::new),
                         },
                         &charter,
+                        &user,
                     );
                     for (path, text) in &w.files {
                         write_private(path, text.as_bytes())
                             .map_err(|e| fail(&path.display().to_string(), e))?;
+                    }
+                    for (target, link) in &w.links {
+                        let _ = std::fs::remove_file(link);
+                        std::os::unix::fs::symlink(target, link)
+                            .map_err(|e| fail(&link.display().to_string(), e))?;
                     }
                     w
                 }
@@ -2316,6 +2323,34 @@ enum Via {
         mail: Mailbox<MailMsg>,
         receipt: RemoteReceipt,
     },
+}
+
+/// What a spawn reads of the user's own configuration for an agent CLI whose wiring builds on
+/// it (bounded: a settings file over 1 MiB is left out, as are more than 1,000 entries).
+fn read_user_config(kind: crate::config::AgentKind) -> crate::agents::UserConfig {
+    let Some(home) = std::env::var_os("HOME") else {
+        return Default::default();
+    };
+    let Some(dir) = crate::agents::user_config_dir(kind, std::path::Path::new(&home)) else {
+        return Default::default();
+    };
+    let settings = std::fs::metadata(dir.join("settings.json"))
+        .ok()
+        .filter(|m| m.len() <= 1 << 20)
+        .and_then(|_| std::fs::read_to_string(dir.join("settings.json")).ok());
+    let entries = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .take(1_000)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    crate::agents::UserConfig {
+        dir: Some(dir),
+        settings,
+        entries,
+    }
 }
 
 /// Write a file readable only by its owner, durably: a temporary beside it, fsync, rename,

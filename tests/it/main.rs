@@ -1,5 +1,6 @@
 //! Integration tests: the real `fleetd` binary, sim agents in real PTYs, real sockets.
 
+mod agents;
 mod anchors;
 mod common;
 mod config;
@@ -12,6 +13,7 @@ mod ledger;
 mod link;
 mod mail;
 mod mcp;
+mod mockmodel;
 mod netns;
 mod supervision;
 mod witness;

@@ -222,6 +222,11 @@ impl SlotActorState {
                         });
                     }
                 }
+                Effect::Write(bytes) => {
+                    if let Some(i) = &self.input {
+                        let _ = i.send(TermInput::Bytes(bytes)).await;
+                    }
+                }
                 Effect::TurnStarted { msg, by } => {
                     tracing::debug!(member = %self.name, %msg, ?by, "turn started on the paste");
                     if let Some(i) = self.ctx.dir.injector(&self.name) {

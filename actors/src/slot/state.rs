@@ -151,6 +151,8 @@ pub enum Effect {
         bytes: Vec<u8>,
         enter_delay_ms: Millis,
     },
+    /// Write these keys to the terminal (an Enter pressed once more).
+    Write(Vec<u8>),
     /// The agent started a turn on the pasted message.
     TurnStarted { msg: MsgId, by: Evidence },
     /// No evidence of a turn within the accept timeout after the Enter.
@@ -203,6 +205,8 @@ struct Paste {
     entered: bool,
     started: bool,
     reported: bool,
+    /// The Enter was pressed once more (the text still sat in the input box).
+    retried: bool,
 }
 
 /// The last lines of a screen, for notes.
@@ -526,8 +530,23 @@ impl SlotCore {
             }
         }
         // A turn shows as the busy marker, or as a permission dialog (which only a turn
-        // opens); a profile without a busy marker has only the change itself to go on.
-        if self.profile.busy.is_none() || busy || self.dialog {
+        // opens), or as the message submitted: its header in the transcript and the input box
+        // empty again (a turn too quick for any frame to show it busy). A profile without a
+        // busy marker has only the change itself to go on.
+        let submitted = self.paste.as_ref().is_some_and(|p| {
+            p.entered
+                && !p.started
+                && !p.marker.is_empty()
+                && self
+                    .profile
+                    .prompt
+                    .as_ref()
+                    .is_some_and(|r| r.is_match(&window))
+                && self.last_contents.contains(
+                    &p.marker.chars().take(40).collect::<String>(),
+                )
+        });
+        if self.profile.busy.is_none() || busy || self.dialog || submitted {
             self.started(Evidence::Screen, &mut fx);
         }
         self.refresh(Cause::Screen, now, &mut fx);
@@ -546,6 +565,7 @@ impl SlotCore {
             entered: false,
             started: false,
             reported: false,
+            retried: false,
         });
     }
 
@@ -598,6 +618,24 @@ impl SlotCore {
         {
             self.pin = None;
         }
+        let retry = self.profile.enter_retry_ms;
+        let text_in_box = self.screen
+            == (Classified {
+                status: Status::Idle,
+                injectable: false,
+            });
+        if let Some(p) = &mut self.paste
+            && retry > 0
+            && p.entered
+            && !p.started
+            && !p.retried
+            && now >= p.enter_at + retry
+        {
+            p.retried = true;
+            if text_in_box {
+                fx.push(Effect::Write(b"\r".to_vec()));
+            }
+        }
         let timeout = self.settings.accept_timeout_ms;
         if let Some(p) = &mut self.paste
             && p.entered
@@ -648,6 +686,9 @@ impl SlotCore {
             && !p.reported
         {
             at.push(p.enter_at + self.settings.accept_timeout_ms);
+            if self.profile.enter_retry_ms > 0 && !p.retried {
+                at.push(p.enter_at + self.profile.enter_retry_ms);
+            }
         }
         if let Some(t) = self.tools_until {
             at.push(t);
@@ -778,6 +819,15 @@ mod tests {
         fx.iter()
             .filter_map(|e| match e {
                 Effect::TurnStarted { msg, by } => Some((*msg, *by)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn writes(fx: &[Effect]) -> Vec<Vec<u8>> {
+        fx.iter()
+            .filter_map(|e| match e {
+                Effect::Write(b) => Some(b.clone()),
                 _ => None,
             })
             .collect()
@@ -968,6 +1018,22 @@ mod tests {
     }
 
     #[test]
+    fn a_turn_too_quick_to_show_busy_counts_once_its_message_is_submitted() {
+        let mut c = idle_tui();
+        c.paste(MsgId(8), "[fleet ticket t-8 from lead]\nquick");
+        // In the box, before the Enter: nothing.
+        let fx = c.output(&frame(&["welcome", "> [fleet ticket t-8 from lead] quick"]), 10);
+        assert!(started(&fx).is_empty());
+        c.pasted(MsgId(8), 20);
+        // The whole turn within one read: the message in the transcript, the box empty again.
+        let fx = c.output(
+            &frame(&["> [fleet ticket t-8 from lead] quick", "done", "> "]),
+            30,
+        );
+        assert_eq!(started(&fx), vec![(MsgId(8), Evidence::Screen)]);
+    }
+
+    #[test]
     fn a_paste_left_in_the_input_box_is_reported_with_the_screen() {
         let mut c = idle_tui();
         paste_written(&mut c, 1, "[fleet ticket t-1 from lead]\nplease", 50);
@@ -1010,6 +1076,39 @@ mod tests {
             6_000,
         );
         assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Hook)]);
+    }
+
+    #[test]
+    fn an_enter_the_tui_dropped_is_pressed_once_more() {
+        let p = Profile {
+            command: vec!["tui".into()],
+            prompt: Some("(?m)^> ?$".into()),
+            input: Some("(?m)^> ".into()),
+            busy: Some("esc to interrupt".into()),
+            stable_ms: 100,
+            enter_delay_ms: 50,
+            enter_retry_ms: 500,
+            ..Profile::default()
+        };
+        let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
+        c.output(b"\x1b[?2004h", 0);
+        c.output(&frame(&["> "]), 0);
+        c.tick(100);
+        c.paste(MsgId(1), "[fleet ticket t-1 from lead]\nx");
+        c.pasted(MsgId(1), 1_050);
+        c.output(&frame(&["> [Pasted Text: 2 lines]"]), 1_060);
+        assert_eq!(c.next_deadline(), Some(1_160), "classify first");
+        c.tick(1_160);
+        assert_eq!(c.next_deadline(), Some(1_550));
+        assert_eq!(writes(&c.tick(1_550)), vec![b"\r".to_vec()], "once more");
+        assert!(writes(&c.tick(2_500)).is_empty(), "only once");
+        // It went: the turn starts.
+        let fx = c.output(&frame(&["> ", "* esc to interrupt"]), 2_600);
+        assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Screen)]);
+        // A box that emptied needs no second Enter.
+        let mut c = idle_tui();
+        paste_written(&mut c, 2, "x", 50);
+        assert!(writes(&c.tick(5_000)).is_empty());
     }
 
     #[test]
