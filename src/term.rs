@@ -66,8 +66,13 @@ enum DaemonMsg {
         bytes: Vec<u8>,
         enter_delay_ms: u64,
     },
-    Resize { rows: u16, cols: u16 },
-    Terminate { grace_ms: u64 },
+    Resize {
+        rows: u16,
+        cols: u16,
+    },
+    Terminate {
+        grace_ms: u64,
+    },
     Detach,
 }
 
@@ -561,7 +566,11 @@ impl HostBackend {
                         }
                     }
                     Ok(Some(HostMsg::PasteRefused { id, why })) => {
-                        if ev_tx.send(TermEvent::PasteRefused { id, why }).await.is_err() {
+                        if ev_tx
+                            .send(TermEvent::PasteRefused { id, why })
+                            .await
+                            .is_err()
+                        {
                             break;
                         }
                     }

@@ -2265,7 +2265,10 @@ impl Fleet {
         for i in names.iter().filter_map(|n| self.ctx.dir.injector(n)) {
             quiet.spawn(async move {
                 let _ = i
-                    .call(|reply| InjectorMsg::Quiesce { reply }, Duration::from_secs(1))
+                    .call(
+                        |reply| InjectorMsg::Quiesce { reply },
+                        Duration::from_secs(1),
+                    )
                     .await;
             });
         }

@@ -368,7 +368,6 @@ pub enum Written {
     Unknown(String),
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

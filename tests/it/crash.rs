@@ -44,7 +44,7 @@ fn recorder(file: &Path) -> Vec<String> {
     ])
 }
 
-/// The tokens pasted into a recording, in order: each message body is `crash-token-N`.
+/// The tokens pasted into a recording, in order: each message body is `crash-token-NxA`.
 fn tokens_in(record: &Path) -> Vec<String> {
     let bytes = std::fs::read(record).unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);
@@ -103,10 +103,11 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 let member = ["c1", "c2", "c3"][(rng % 3) as usize];
-                let token = format!("crash-token-{n}");
-                // Until the daemon acknowledges it (it may be down): a send that failed was
-                // not acknowledged, and is sent again with the same token.
-                loop {
+                // Until the daemon acknowledges one (it may be down). A send that failed was
+                // not acknowledged (though it may have been stored, and then it is delivered
+                // too): the next attempt is a new message with a token of its own.
+                for attempt in 0.. {
+                    let token = format!("crash-token-{n}x{attempt}");
                     let r: Result<Value, _> = client
                         .post(
                             &format!("/members/{member}/messages"),
@@ -116,7 +117,10 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
                     match r {
                         Ok(v) => {
                             let t = v["ticket"]["id"].as_str().unwrap_or("").to_string();
-                            acked.lock().unwrap().push((token, member.into(), t));
+                            acked
+                                .lock()
+                                .unwrap()
+                                .push((token.clone(), member.into(), t));
                             break;
                         }
                         Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
@@ -135,7 +139,11 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
         ev.until("a moment to kill", |e| match &e.kind {
             EventKind::Receipt { state, .. } => {
                 let s = serde_json::to_value(state).unwrap_or_default();
-                if aim_paste { s == "delivered" } else { s == "queued" }
+                if aim_paste {
+                    s == "delivered"
+                } else {
+                    s == "queued"
+                }
             }
             _ => false,
         })
@@ -170,7 +178,10 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
             .map(|(tok, m, t)| {
                 format!(
                     "{tok} to {m} ({t}): {}",
-                    views.get(t).map(|v| v["receipt"].to_string()).unwrap_or_default()
+                    views
+                        .get(t)
+                        .map(|v| v["receipt"].to_string())
+                        .unwrap_or_default()
                 )
             })
             .collect();
@@ -217,7 +228,8 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
                 if receipt == "accepted" {
                     out.accepted_unwritten.push(format!("{token} ({ticket})"));
                 }
-                out.lost.push(format!("{token} ({ticket}): receipt {receipt}"));
+                out.lost
+                    .push(format!("{token} ({ticket}): receipt {receipt}"));
             }
             1 => {
                 if receipt == "stalled" {
@@ -259,7 +271,11 @@ async fn kill9_loses_no_acknowledged_message_and_pastes_none_twice() {
         total.waiting_open.extend(o.waiting_open);
     }
     assert!(total.lost.is_empty(), "lost: {:?}", total.lost);
-    assert!(total.duplicated.is_empty(), "pasted twice: {:?}", total.duplicated);
+    assert!(
+        total.duplicated.is_empty(),
+        "pasted twice: {:?}",
+        total.duplicated
+    );
     assert!(
         total.accepted_unwritten.is_empty(),
         "accepted but never written: {:?}",

@@ -148,7 +148,6 @@ pub struct Injector {
     quiet: bool,
 }
 
-
 impl Injector {
     /// Rebuild from the store: `pending` are this target's messages in a non-final state, in id
     /// order; `unfinished` is the accepted message whose turn never ended (the daemon stopped
@@ -213,7 +212,8 @@ impl Injector {
             return fx;
         }
         self.unresolved = false;
-        let Phase::AwaitingAccept { mut msg, .. } = std::mem::replace(&mut self.phase, Phase::Ready)
+        let Phase::AwaitingAccept { mut msg, .. } =
+            std::mem::replace(&mut self.phase, Phase::Ready)
         else {
             return fx;
         };
@@ -663,16 +663,29 @@ mod tests {
         // Never got it: delivered again, first in line, once.
         let mut i = rebuilt();
         let fx = i.resolve(MsgId(1), Written::No, 130);
-        assert!(matches!(&fx[0], Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Queued));
-        assert!(fx.iter().all(|e| !matches!(e, Effect::Deliver(_))), "not idle yet");
-        assert_eq!(delivered(&i.target_status(view(Status::Idle), 140)), vec![1]);
-        assert!(i.resolve(MsgId(1), Written::No, 150).is_empty(), "resolved once");
+        assert!(
+            matches!(&fx[0], Effect::Save(m) if m.id == MsgId(1) && m.state == ReceiptState::Queued)
+        );
+        assert!(
+            fx.iter().all(|e| !matches!(e, Effect::Deliver(_))),
+            "not idle yet"
+        );
+        assert_eq!(
+            delivered(&i.target_status(view(Status::Idle), 140)),
+            vec![1]
+        );
+        assert!(
+            i.resolve(MsgId(1), Written::No, 150).is_empty(),
+            "resolved once"
+        );
 
         // Nobody can say: stalled with the reason, never accepted on a guess.
         let mut i = rebuilt();
         let fx = i.resolve(MsgId(1), Written::Unknown("the host is gone".into()), 130);
-        assert!(matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
-            && m.note.as_deref().is_some_and(|n| n.contains("cannot be known: the host is gone"))));
+        assert!(
+            matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
+            && m.note.as_deref().is_some_and(|n| n.contains("cannot be known: the host is gone")))
+        );
     }
 
     #[test]

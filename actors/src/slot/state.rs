@@ -287,14 +287,12 @@ impl SlotCore {
     /// After a restart: was message `msg` (recorded as delivered) written? If it was, its turn
     /// is watched for from now, as for a paste just made; a turn already on screen (the busy
     /// marker, or a permission dialog) is its turn, since nothing else was pasted after it.
+    /// (The submitted-message rule applies too: the header in the transcript, the box empty.)
     pub fn resolve(&mut self, msg: MsgId, text: &str, now: Millis) -> (Written, Vec<Effect>) {
         let written = self.written(msg, text, now);
         let mut fx = vec![];
         if written == Written::Yes {
-            let window = scan_window(&self.last_contents, self.profile.scan_lines);
-            if hit(&self.profile.busy, &window) || self.dialog {
-                self.started(Evidence::Screen, &mut fx);
-            }
+            self.evidence_on_screen(&mut fx);
         }
         (written, fx)
     }
@@ -496,6 +494,29 @@ impl SlotCore {
         }
     }
 
+    /// Whether the screen now shows a turn on the pasted message: the busy marker, a permission
+    /// dialog (which only a turn opens), or the message submitted (its header in the
+    /// transcript and the input box empty again: a turn too quick for any frame to show it
+    /// busy). Only counts after the Enter ([`Self::started`]).
+    fn evidence_on_screen(&mut self, fx: &mut Vec<Effect>) {
+        let window = scan_window(&self.last_contents, self.profile.scan_lines);
+        let busy = hit(&self.profile.busy, &window);
+        let submitted = self.paste.as_ref().is_some_and(|p| {
+            !p.marker.is_empty()
+                && self
+                    .profile
+                    .prompt
+                    .as_ref()
+                    .is_some_and(|r| r.is_match(&window))
+                && self
+                    .last_contents
+                    .contains(&p.marker.chars().take(40).collect::<String>())
+        });
+        if busy || self.dialog || submitted {
+            self.started(Evidence::Screen, fx);
+        }
+    }
+
     /// Output from the terminal.
     pub fn output(&mut self, bytes: &[u8], now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
@@ -529,26 +550,10 @@ impl SlotCore {
                 self.screen = WORKING;
             }
         }
-        // A turn shows as the busy marker, or as a permission dialog (which only a turn
-        // opens), or as the message submitted: its header in the transcript and the input box
-        // empty again (a turn too quick for any frame to show it busy). A profile without a
-        // busy marker has only the change itself to go on.
-        let submitted = self.paste.as_ref().is_some_and(|p| {
-            p.entered
-                && !p.started
-                && !p.marker.is_empty()
-                && self
-                    .profile
-                    .prompt
-                    .as_ref()
-                    .is_some_and(|r| r.is_match(&window))
-                && self.last_contents.contains(
-                    &p.marker.chars().take(40).collect::<String>(),
-                )
-        });
-        if self.profile.busy.is_none() || busy || self.dialog || submitted {
+        if self.profile.busy.is_none() || busy {
             self.started(Evidence::Screen, &mut fx);
         }
+        self.evidence_on_screen(&mut fx);
         self.refresh(Cause::Screen, now, &mut fx);
         fx
     }
@@ -584,14 +589,17 @@ impl SlotCore {
     /// The terminal host wrote message `msg`'s paste and its Enter: from now on, a turn
     /// starting is evidence that it took it.
     pub fn pasted(&mut self, msg: MsgId, now: Millis) -> Vec<Effect> {
+        let mut fx = vec![];
         if let Some(p) = &mut self.paste
             && p.msg == msg
             && !p.entered
         {
             p.entered = true;
             p.enter_at = now;
+            // The agent may have answered before the host's word arrived.
+            self.evidence_on_screen(&mut fx);
         }
-        vec![]
+        fx
     }
 
     /// Time passed: classifying a screen that has been still for the stability window, a
@@ -968,18 +976,21 @@ mod tests {
         assert!(p[0].0.starts_with(b"\x1b[200~") && p[0].0.ends_with(b"\x1b[201~"));
         assert_eq!(p[0].1, 50, "the host waits the profile's Enter delay");
         assert_eq!(c.paste_unconfirmed(), Some(MsgId(7)));
-        // The echo in the input box is no evidence; nor is work before the Enter was written.
-        let fx = c.output(&frame(&["welcome", "> [Pasted text +2 lines]", "? for shortcuts"]), 1_010);
+        // The echo in the input box is no evidence.
+        let fx = c.output(
+            &frame(&["welcome", "> [Pasted text +2 lines]", "? for shortcuts"]),
+            1_010,
+        );
         assert!(started(&fx).is_empty());
-        let fx = c.output(&frame(&["welcome", "> x", "* esc to interrupt"]), 1_020);
-        assert!(started(&fx).is_empty());
-        // The host says paste and Enter are written.
-        assert!(c.pasted(MsgId(7), 1_050).is_empty());
+        // The host says paste and Enter are written; the box still shows the paste.
+        assert!(started(&c.pasted(MsgId(7), 1_050)).is_empty());
         assert_eq!(c.paste_unconfirmed(), None);
         let fx = c.output(&frame(&["> hello", "", "* esc to interrupt"]), 1_100);
         assert_eq!(started(&fx), vec![(MsgId(7), Evidence::Screen)]);
         // Once only.
-        assert!(started(&c.output(&frame(&["> hello", "x", "* esc to interrupt"]), 1_200)).is_empty());
+        assert!(
+            started(&c.output(&frame(&["> hello", "x", "* esc to interrupt"]), 1_200)).is_empty()
+        );
     }
 
     #[test]
@@ -1006,11 +1017,17 @@ mod tests {
         // Older than all the host remembers: cannot be told.
         let ids: Vec<u64> = (100..100 + crate::term::PASTES_REMEMBERED as u64).collect();
         c.host_pastes(&ids);
-        assert!(matches!(c.resolve(MsgId(50), "x", 30).0, Written::Unknown(_)));
+        assert!(matches!(
+            c.resolve(MsgId(50), "x", 30).0,
+            Written::Unknown(_)
+        ));
         assert_eq!(c.resolve(MsgId(5_000), "x", 30).0, Written::No);
         // A turn already on screen when the daemon came back is the written paste's turn.
         let mut c = idle_tui();
-        c.output(&frame(&["Bash: rm x", "Do you want to proceed?", "❯ 1. Yes"]), 40);
+        c.output(
+            &frame(&["Bash: rm x", "Do you want to proceed?", "❯ 1. Yes"]),
+            40,
+        );
         c.host_pastes(&[9]);
         let (w, fx) = c.resolve(MsgId(9), "[fleet ticket t-9 from lead]\nx", 50);
         assert_eq!(w, Written::Yes);
@@ -1022,7 +1039,10 @@ mod tests {
         let mut c = idle_tui();
         c.paste(MsgId(8), "[fleet ticket t-8 from lead]\nquick");
         // In the box, before the Enter: nothing.
-        let fx = c.output(&frame(&["welcome", "> [fleet ticket t-8 from lead] quick"]), 10);
+        let fx = c.output(
+            &frame(&["welcome", "> [fleet ticket t-8 from lead] quick"]),
+            10,
+        );
         assert!(started(&fx).is_empty());
         c.pasted(MsgId(8), 20);
         // The whole turn within one read: the message in the transcript, the box empty again.
@@ -1031,6 +1051,18 @@ mod tests {
             30,
         );
         assert_eq!(started(&fx), vec![(MsgId(8), Evidence::Screen)]);
+        // The same turn seen before the host's word that the Enter was written: counted then.
+        let mut c = idle_tui();
+        c.paste(MsgId(9), "[fleet ticket t-9 from lead]\nquick");
+        let fx = c.output(
+            &frame(&["> [fleet ticket t-9 from lead] quick", "done", "> "]),
+            30,
+        );
+        assert!(started(&fx).is_empty());
+        assert_eq!(
+            started(&c.pasted(MsgId(9), 40)),
+            vec![(MsgId(9), Evidence::Screen)]
+        );
     }
 
     #[test]
@@ -1239,7 +1271,11 @@ mod tests {
         c.tick(1_500);
         assert_eq!(c.status(), Status::Idle);
         let fx = c.paste(MsgId(1), "echo hi");
-        assert_eq!(pastes(&fx)[0].1, 0, "no delay: the Enter right after the paste");
+        assert_eq!(
+            pastes(&fx)[0].1,
+            0,
+            "no delay: the Enter right after the paste"
+        );
         c.pasted(MsgId(1), 2_000);
         let fx = c.output(b"echo hi\r\nhi\r\n$ ", 2_010);
         assert_eq!(started(&fx), vec![(MsgId(1), Evidence::Screen)]);
