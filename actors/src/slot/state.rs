@@ -1393,12 +1393,9 @@ mod tests {
                     Ev::Tick(dt) => { now += dt as u64; c.tick(now) }
                 };
                 for f in &fx {
-                    match f {
-                        Effect::TurnStarted { msg, .. } => {
-                            prop_assert!(entered.contains(&msg.0), "accepted before its Enter");
-                            prop_assert!(accepted.insert(msg.0), "accepted twice");
-                        }
-                        _ => {}
+                    if let Effect::TurnStarted { msg, .. } = f {
+                        prop_assert!(entered.contains(&msg.0), "accepted before its Enter");
+                        prop_assert!(accepted.insert(msg.0), "accepted twice");
                     }
                 }
                 if dialog {
