@@ -1025,7 +1025,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 };
                 let v: Value =
                     serde_json::from_str(&payload).context("the hook payload is not JSON")?;
-                let starts = v["hook_event_name"] == "SessionStart";
+                // A resumed session has its charter already (in its history).
+                let starts = v["hook_event_name"] == "SessionStart" && v["source"] != "resume";
                 let _: Value = client(&sd)?
                     .post("/signal", &json!({"hook": v}))
                     .await

@@ -294,14 +294,20 @@ impl Rig {
                 add("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
             }
             Cli::Codex => {
-                // CODEX_HOME must exist; the provider comes with the command (-c).
-                std::fs::create_dir_all(home.join(".codex")).expect("CODEX_HOME");
+                // CODEX_HOME must exist; the user's config names the mock provider (so a
+                // resumed member, whose command is the profile's resume command, has it too).
+                write(
+                    &home.join(".codex/config.toml"),
+                    &format!(
+                        "model_provider = \"mock\"\nmodel = \"mock-model\"\ncheck_for_update_on_startup = false\n\n[model_providers.mock]\nname = \"mock\"\nbase_url = \"{base}/v1\"\nenv_key = \"MOCK_KEY\"\nwire_api = \"responses\"\n"
+                    ),
+                );
                 add("CODEX_HOME", &h(".codex"));
                 add("MOCK_KEY", "mock-key");
             }
             Cli::Gemini => {
-                // fleetd's own settings file is GEMINI_CLI_SYSTEM_SETTINGS_PATH; the user's
-                // holds the auth type and folder trust.
+                // The user's settings hold the auth type and folder trust; fleetd adds its own
+                // to a copy in the member's GEMINI_CLI_HOME.
                 write(
                     &home.join(".gemini/settings.json"),
                     &json!({
@@ -345,10 +351,8 @@ impl Rig {
                 ] {
                     add(k, "1");
                 }
-                // opencode runs `npm install @opencode-ai/plugin` in every config directory, and
-                // does not finish starting until it ends when the directory holds plugins
-                // (fleetd's OPENCODE_CONFIG_DIR does): make it fail at once instead of retrying
-                // for ~70 s (or downloading 64 MB per member).
+                // opencode runs `npm install @opencode-ai/plugin` in every config directory in
+                // the background: no traffic leaves the machine (it fails at once, harmlessly).
                 add("npm_config_registry", "http://127.0.0.1:9/");
                 add("npm_config_fetch_retries", "0");
             }
@@ -375,24 +379,7 @@ impl Rig {
         match self.cli {
             // The default (auto) mode has a model classifier approve tools; manual asks.
             Cli::Claude => v(&["claude", "--permission-mode", "manual"]),
-            Cli::Codex => {
-                let provider = format!(
-                    "model_providers.mock={{name=\"mock\",base_url=\"{}/v1\",env_key=\"MOCK_KEY\",wire_api=\"responses\"}}",
-                    self.mock.base_url()
-                );
-                v(&[
-                    "codex",
-                    "-c",
-                    "model_provider=\"mock\"",
-                    "-c",
-                    "model=\"mock-model\"",
-                    "-c",
-                    &provider,
-                    "-c",
-                    "check_for_update_on_startup=false",
-                ])
-            }
-            Cli::Gemini | Cli::Opencode => None,
+            Cli::Codex | Cli::Gemini | Cli::Opencode => None,
         }
     }
 
@@ -783,6 +770,71 @@ async fn round_trip(cli: Cli) {
     r.summary("round trip");
 }
 
+/// Resume: a member that exited comes back with `fleetd spawn --resume` (REST `{resume}`) as
+/// the same name, role and charter, in its conversation: the model's next request carries the
+/// turn from before the exit.
+async fn resume_continues_the_conversation(cli: Cli) {
+    let Some(mut r) = Rig::new(cli).await else {
+        return;
+    };
+    let t_test = now_ms();
+    r.start("lead", "primary").await;
+    let (t1, sent1) = r.send("lead", "Remember PINEAPPLE-7. Who are you?").await;
+    r.turn_timings("lead", &t1, sent1).await;
+    let tt = t1.clone();
+    r.wait(&format!("{t1} replied"), TURN, |e| is_ticket(e, &tt, "replied"))
+        .await;
+    let before = r.d.member("lead").await;
+    let session = before["session_id"].as_str().unwrap_or("").to_string();
+    if session.is_empty() {
+        r.fail(&format!("no session id recorded before the stop: {before}"))
+            .await;
+    }
+    let _: Value = r
+        .d
+        .client
+        .delete("/members/lead")
+        .await
+        .unwrap_or_else(|e| panic!("stop: {e}"));
+    let stop_seq = r
+        .wait("lead exited", TURN, |e| is_status(e, "lead", "exited"))
+        .await
+        .seq;
+    let v = r
+        .d
+        .try_spawn(json!({"resume": "lead"}))
+        .await
+        .unwrap_or_else(|e| panic!("resume: {e}
+{}", r.d.log()));
+    assert_eq!(v["name"], "lead", "{v}");
+    assert_eq!(v["role"], "primary", "{v}");
+    assert_eq!(v["charter_sha256"], before["charter_sha256"], "{v}");
+    assert!(
+        v["notes"].to_string().contains(&session),
+        "the answer names the resumed session: {v}"
+    );
+    r.wait("lead idle after its resume", STARTUP, |e| {
+        e.seq > stop_seq && is_status(e, "lead", "idle")
+    })
+    .await;
+    let (t2, sent2) = r.send("lead", "What did I ask you to remember?").await;
+    r.turn_timings("lead", &t2, sent2).await;
+    // The model saw the earlier turn in the resumed conversation.
+    let h2 = header(&t2);
+    let carried = r.mock.requests().iter().any(|q| {
+        let b = q.body.to_string();
+        b.contains(&h2) && b.contains("PINEAPPLE-7")
+    });
+    if !carried {
+        r.fail("the resumed member's request did not carry the turn from before its exit")
+            .await;
+    }
+    let after = r.d.member("lead").await;
+    assert_eq!(after["session_id"], session, "the same session: {after}");
+    r.timing(format!("resume test body {} ms", now_ms() - t_test));
+    r.summary("resume");
+}
+
 /// A message queued while a permission dialog shows is held (its receipt stays `queued`) and
 /// delivered after the operator answers the dialog (Enter through the input API).
 async fn permission_holds_the_queue(cli: Cli) {
@@ -911,6 +963,26 @@ async fn claude_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_permission_dialog_holds_the_queue() {
     permission_holds_the_queue(Cli::Claude).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_resume_continues_the_conversation() {
+    resume_continues_the_conversation(Cli::Claude).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_resume_continues_the_conversation() {
+    resume_continues_the_conversation(Cli::Codex).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_resume_continues_the_conversation() {
+    resume_continues_the_conversation(Cli::Gemini).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_resume_continues_the_conversation() {
+    resume_continues_the_conversation(Cli::Opencode).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
