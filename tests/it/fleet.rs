@@ -803,3 +803,62 @@ async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("--state-dir"));
 }
+
+/// `--worktree`: the member runs in its own git worktree and branch under the state dir, `fleetd
+/// list` shows it, and at its exit it is removed when it holds no work and kept when it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_gets_its_own_worktree_removed_at_exit_unless_it_holds_work() {
+    let repo = tempfile::tempdir().unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.email=t@t", "-c", "user.name=t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    git(repo.path(), &["init", "-q", "-b", "main"]);
+    git(
+        repo.path(),
+        &["commit", "-q", "--allow-empty", "-m", "root"],
+    );
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    for name in ["w1", "w2"] {
+        let v = d
+            .try_spawn(
+                json!({"role": "worker", "name": name, "profile": "sim", "worktree": true,
+                "cwd": repo.path().display().to_string(), "command": sim(&[])}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(v["worktree"]["branch"], format!("fleet/{name}"), "{v}");
+        ev.status(name, "idle").await;
+    }
+    let path = |name: &str| d.state.join("worktrees").join(name);
+    assert!(path("w1").join(".git").exists());
+    let table = String::from_utf8_lossy(&d.cli(&["list"]).stdout).to_string();
+    assert!(
+        table.contains("WORKTREE") && table.contains("fleet/w1"),
+        "{table}"
+    );
+    // w2 commits work on its branch.
+    std::fs::write(path("w2").join("f.txt"), "work").unwrap();
+    git(&path("w2"), &["add", "f.txt"]);
+    git(&path("w2"), &["commit", "-q", "-m", "work"]);
+    for name in ["w1", "w2"] {
+        let _: Value = d.client.delete(&format!("/members/{name}")).await.unwrap();
+    }
+    assert!(!path("w1").exists(), "a worktree without work is removed");
+    assert!(
+        path("w2").join("f.txt").exists(),
+        "a worktree with a commit is kept"
+    );
+    assert!(d.log().contains("worktree kept"), "the log says why");
+}
