@@ -411,6 +411,10 @@ pub struct Profile {
     /// A new member takes no message until its `fleetd mcp` has listed the fleet tools (so its
     /// first turn has them), or this long has passed. 0: no wait.
     pub wait_for_tools_ms: u64,
+    /// A new member takes no message until its session-start hook has come (a CLI that shows
+    /// its prompt before it has loaded a resumed session, and drops what is typed meanwhile),
+    /// or this long has passed. 0: no wait (a CLI whose session starts with its first prompt).
+    pub wait_for_session_ms: u64,
     /// A status reported by a hook holds until the next hook, unless the screen has since
     /// changed and then read differently for this long (a hook that never came, e.g. no
     /// `Stop` after the user interrupted a turn).
@@ -436,6 +440,7 @@ impl Default for Profile {
             enter_retry_ms: 0,
             scan_lines: 6,
             wait_for_tools_ms: 0,
+            wait_for_session_ms: 0,
             hook_yield_ms: 5000,
             env: BTreeMap::new(),
         }
@@ -486,6 +491,7 @@ pub struct CompiledProfile {
     pub enter_retry_ms: u64,
     pub scan_lines: usize,
     pub wait_for_tools_ms: u64,
+    pub wait_for_session_ms: u64,
     pub hook_yield_ms: u64,
 }
 
@@ -515,6 +521,7 @@ impl CompiledProfile {
             enter_retry_ms: p.enter_retry_ms,
             scan_lines: p.scan_lines.max(1),
             wait_for_tools_ms: p.wait_for_tools_ms,
+            wait_for_session_ms: p.wait_for_session_ms,
             hook_yield_ms: p.hook_yield_ms,
         })
     }

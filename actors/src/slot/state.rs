@@ -236,6 +236,8 @@ pub struct SlotCore {
     /// Until the member's `fleetd mcp` has listed the fleet tools (or this time passes), an
     /// idle member reads as still starting.
     tools_until: Option<Millis>,
+    /// Likewise until its session-start hook has come.
+    session_until: Option<Millis>,
     last_change: Millis,
     last_contents: String,
     /// The screen changed since it was last classified.
@@ -256,6 +258,8 @@ impl SlotCore {
     pub fn new(profile: CompiledProfile, settings: SlotSettings, now: Millis) -> Self {
         let parser = vt100::Parser::new(nz(settings.rows, 40), nz(settings.cols, 120), 0);
         let tools_until = (profile.wait_for_tools_ms > 0).then(|| now + profile.wait_for_tools_ms);
+        let session_until =
+            (profile.wait_for_session_ms > 0).then(|| now + profile.wait_for_session_ms);
         SlotCore {
             parser,
             profile,
@@ -270,6 +274,7 @@ impl SlotCore {
             dialog: false,
             pin: None,
             tools_until,
+            session_until,
             last_change: now,
             last_contents: String::new(),
             dirty: false,
@@ -330,6 +335,7 @@ impl SlotCore {
     /// listed its tools long ago: no wait for them.
     pub fn restore(&mut self, snapshot: &[u8], status: Status, since: Millis) {
         self.tools_until = None;
+        self.session_until = None;
         self.parser.process(snapshot);
         self.last_contents = self.parser.screen().contents();
         if status != Status::Exited {
@@ -435,7 +441,8 @@ impl SlotCore {
             Some(p) => p.class,
             None => self.screen,
         };
-        if self.tools_until.is_some() && c.status == Status::Idle {
+        if (self.tools_until.is_some() || self.session_until.is_some()) && c.status == Status::Idle
+        {
             return Classified {
                 status: Status::Starting,
                 injectable: false,
@@ -453,9 +460,9 @@ impl SlotCore {
         fx
     }
 
-    /// Whether the member still waits for its tools to be listed.
-    pub fn waits_for_tools(&self) -> bool {
-        self.tools_until.is_some()
+    /// Whether the member still waits for its tools to be listed or its session to start.
+    pub fn waits_to_start(&self) -> bool {
+        self.tools_until.is_some() || self.session_until.is_some()
     }
 
     /// Publish the effective status if it changed.
@@ -613,6 +620,9 @@ impl SlotCore {
             // They never came (an agent that lists tools lazily, or none): go ahead anyway.
             self.tools_until = None;
         }
+        if self.session_until.is_some_and(|t| now >= t) {
+            self.session_until = None;
+        }
         let still = now.saturating_sub(self.last_change);
         if self.dirty && still >= self.profile.stable_ms {
             self.dirty = false;
@@ -698,9 +708,8 @@ impl SlotCore {
                 at.push(p.enter_at + self.profile.enter_retry_ms);
             }
         }
-        if let Some(t) = self.tools_until {
-            at.push(t);
-        }
+        at.extend(self.tools_until);
+        at.extend(self.session_until);
         if self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle {
             at.push(self.status_since + self.settings.idle_ttl_ms);
         }
@@ -749,6 +758,7 @@ impl SlotCore {
             Signal::SessionStart => {
                 self.pin = None;
                 self.dirty = true;
+                self.session_until = None;
             }
         }
         self.refresh(Cause::Signal, now, &mut fx);
@@ -1141,6 +1151,39 @@ mod tests {
         let mut c = idle_tui();
         paste_written(&mut c, 2, "x", 50);
         assert!(writes(&c.tick(5_000)).is_empty());
+    }
+
+    #[test]
+    fn a_member_waits_for_its_tools_and_its_session_before_it_reads_idle() {
+        let p = Profile {
+            command: vec!["tui".into()],
+            prompt: Some("(?m)^> ?$".into()),
+            stable_ms: 100,
+            wait_for_tools_ms: 10_000,
+            wait_for_session_ms: 10_000,
+            ..Profile::default()
+        };
+        let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
+        c.output(&frame(&["> "]), 0);
+        c.tick(100);
+        assert_eq!(
+            c.status(),
+            Status::Starting,
+            "the prompt shows, but nothing is loaded"
+        );
+        c.tools_listed(200);
+        assert_eq!(c.status(), Status::Starting);
+        assert!(c.waits_to_start());
+        assert_eq!(
+            statuses(&c.signal(Signal::SessionStart, 300)),
+            vec![Status::Idle]
+        );
+        // Neither came: the wait ends at its bound.
+        let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
+        c.output(&frame(&["> "]), 0);
+        c.tick(100);
+        assert_eq!(c.next_deadline(), Some(10_000));
+        assert_eq!(statuses(&c.tick(10_000)), vec![Status::Idle]);
     }
 
     #[test]
