@@ -782,30 +782,35 @@ async fn resume_continues_the_conversation(cli: Cli) {
     let (t1, sent1) = r.send("lead", "Remember PINEAPPLE-7. Who are you?").await;
     r.turn_timings("lead", &t1, sent1).await;
     let tt = t1.clone();
-    r.wait(&format!("{t1} replied"), TURN, |e| is_ticket(e, &tt, "replied"))
-        .await;
+    r.wait(&format!("{t1} replied"), TURN, |e| {
+        is_ticket(e, &tt, "replied")
+    })
+    .await;
     let before = r.d.member("lead").await;
     let session = before["session_id"].as_str().unwrap_or("").to_string();
     if session.is_empty() {
         r.fail(&format!("no session id recorded before the stop: {before}"))
             .await;
     }
-    let _: Value = r
-        .d
-        .client
-        .delete("/members/lead")
-        .await
-        .unwrap_or_else(|e| panic!("stop: {e}"));
+    let _: Value =
+        r.d.client
+            .delete("/members/lead")
+            .await
+            .unwrap_or_else(|e| panic!("stop: {e}"));
     let stop_seq = r
         .wait("lead exited", TURN, |e| is_status(e, "lead", "exited"))
         .await
         .seq;
-    let v = r
-        .d
-        .try_spawn(json!({"resume": "lead"}))
-        .await
-        .unwrap_or_else(|e| panic!("resume: {e}
-{}", r.d.log()));
+    let v =
+        r.d.try_spawn(json!({"resume": "lead"}))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "resume: {e}
+{}",
+                    r.d.log()
+                )
+            });
     assert_eq!(v["name"], "lead", "{v}");
     assert_eq!(v["role"], "primary", "{v}");
     assert_eq!(v["charter_sha256"], before["charter_sha256"], "{v}");
