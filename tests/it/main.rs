@@ -15,5 +15,6 @@ mod mail;
 mod mcp;
 mod mockmodel;
 mod netns;
+mod note;
 mod supervision;
 mod witness;

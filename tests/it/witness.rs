@@ -88,26 +88,16 @@ async fn a_witness_catches_a_rewritten_ledger_and_an_equivocating_host() {
     // It is a C2SP `cosignature/v1` (timestamped, algorithm 0x04) by beta's witness key, as an
     // independent verifier reads it: beta's published cosigner key accepts it, and it carries
     // alpha's checkpoint as signed by alpha.
-    let tool = crate::ledger::build_go_verifier();
     let st: Value = db.client.get("/status").await.unwrap();
     let wkey = st["witness_vkey"].as_str().unwrap().to_string();
     assert!(wkey.starts_with("fleetd/beta/witness+"), "{wkey}");
-    let out = crate::ledger::run_with_stdin(&tool, &[&wkey], &cosig);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("fleetd/alpha/ledger\n2\n"));
+    let text = crate::note::open(&wkey, &cosig).unwrap_or_else(|e| panic!("{e}: {cosig}"));
+    assert!(text.starts_with("fleetd/alpha/ledger\n2\n"), "{text}");
     let alpha_vkey = da.client.get::<Value>("/status").await.unwrap()["ledger_vkey"]
         .as_str()
         .unwrap()
         .to_string();
-    assert!(
-        crate::ledger::run_with_stdin(&tool, &[&alpha_vkey], &cosig)
-            .status
-            .success()
-    );
+    crate::note::open(&alpha_vkey, &cosig).unwrap_or_else(|e| panic!("{e}: {cosig}"));
     // A cosignature that claims another time does not verify.
     let line = cosig.lines().last().unwrap();
     let b64 = line.rsplit_once(' ').unwrap().1;
@@ -120,11 +110,7 @@ async fn a_witness_catches_a_rewritten_ledger_and_an_equivocating_host() {
         b64,
         &base64::engine::general_purpose::STANDARD.encode(&blob),
     );
-    assert!(
-        !crate::ledger::run_with_stdin(&tool, &[&wkey], &retimed)
-            .status
-            .success()
-    );
+    assert!(crate::note::refused(&wkey, &retimed));
     // Alpha's operator stops it and rewrites its history, re-signing with alpha's own key.
     da.signal(libc::SIGTERM);
     assert!(da.wait_exit(std::time::Duration::from_secs(20)).success());
