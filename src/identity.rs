@@ -1,14 +1,19 @@
 //! Who is calling: the daemon resolves a connection's peer pid (SO_PEERCRED) to the member
 //! whose terminal the process descends from, by walking `/proc/<pid>/stat` parent links
-//! against the registry's pid index.
+//! against the registry's pid index, all the way to init.
 //!
-//! Owns caller resolution. Must never read anything the caller sends (arguments, environment):
-//! identity comes from the kernel's view of the process tree only.
+//! Owns caller resolution, and fails closed: a caller whose ancestry cannot be read to its end
+//! (the connecting process is gone, its tree deeper than the walk goes, a `/proc` entry that
+//! cannot be read) is *unresolved* and refused on every socket, never taken for the operator.
+//! Identity comes from the kernel's view of the process tree only; the one thing read from the
+//! caller's side is its `FLEETD_MEMBER` (from `/proc/<pid>/environ`, as the kernel holds it),
+//! and only to refuse a contradiction: a process in one member's tree started for another (a
+//! helper shared between members), or outside every tree but started for a member.
 
 use fleetd_actors::ctx::Ctx;
 use fleetd_actors::types::{Caller, MemberIdentity};
 
-/// How deep an ancestry walk goes before giving up (process trees are shallow).
+/// How deep an ancestry walk goes (process trees are shallow; deeper is refused, not guessed).
 const MAX_DEPTH: usize = 128;
 
 /// The parent pid of `pid`, from `/proc/<pid>/stat`.
@@ -19,36 +24,110 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The member `pid` descends from (itself included), if any.
-pub fn member_of(ctx: &Ctx, pid: u32) -> Option<MemberIdentity> {
-    let mut p = pid;
-    for _ in 0..MAX_DEPTH {
-        if let Some(m) = ctx.member_by_pid(p) {
-            return Some(m);
-        }
-        match parent_of(p) {
-            Some(pp) if pp > 1 && pp != p => p = pp,
-            _ => return None,
-        }
-    }
-    None
+/// Where a process stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Inside this member's tree.
+    Member(MemberIdentity),
+    /// Outside every member: its ancestry was read up to init.
+    Outside,
+    /// Its ancestry could not be established (why).
+    Unknown(String),
 }
 
-/// A caller on the MCP socket: a member, or "not a member".
-pub fn mcp_caller(ctx: &Ctx, pid: Option<u32>) -> Caller {
-    match pid.and_then(|p| member_of(ctx, p)) {
-        Some(m) => Caller::Member(m),
-        None => Caller::NotMember { pid },
+/// The member `pid` descends from (itself included), read to the end of its ancestry.
+pub fn standing(ctx: &Ctx, pid: u32) -> Standing {
+    standing_with(pid, |p| ctx.member_by_pid(p), parent_of)
+}
+
+/// [`standing`], over any pid index and parent lookup (for tests).
+pub fn standing_with(
+    pid: u32,
+    member: impl Fn(u32) -> Option<MemberIdentity>,
+    parent: impl Fn(u32) -> Option<u32>,
+) -> Standing {
+    let mut p = pid;
+    for _ in 0..MAX_DEPTH {
+        if let Some(m) = member(p) {
+            return Standing::Member(m);
+        }
+        if p == 1 {
+            return Standing::Outside;
+        }
+        match parent(p) {
+            // init's parent (or a process of another pid namespace's init).
+            Some(0) => return Standing::Outside,
+            Some(pp) if pp != p => p = pp,
+            Some(_) => return Standing::Unknown(format!("pid {p} is its own parent")),
+            None if p == pid => {
+                return Standing::Unknown(format!(
+                    "the connecting process (pid {pid}) is gone, so its ancestry cannot be read"
+                ));
+            }
+            None => {
+                return Standing::Unknown(format!(
+                    "the ancestry of pid {pid} breaks off at pid {p}, which is gone or unreadable"
+                ));
+            }
+        }
     }
+    Standing::Unknown(format!(
+        "the ancestry of pid {pid} is deeper than {MAX_DEPTH} processes"
+    ))
+}
+
+/// The `FLEETD_MEMBER` a process was started with, if any (bounded read).
+pub fn claimed_member(pid: u32) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let mut buf = Vec::new();
+    f.take(1 << 20).read_to_end(&mut buf).ok()?;
+    buf.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"FLEETD_MEMBER="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The caller `pid` is: `outside` is what a process outside every member is on this socket.
+fn resolve(ctx: &Ctx, pid: Option<u32>, outside: Caller) -> Caller {
+    let Some(p) = pid else {
+        return Caller::Unresolved {
+            pid,
+            why: "the connection carries no peer pid".into(),
+        };
+    };
+    let claim = claimed_member(p).filter(|c| !c.is_empty());
+    match (standing(ctx, p), claim) {
+        (Standing::Unknown(why), _) => Caller::Unresolved { pid, why },
+        (Standing::Member(m), Some(c)) if c != m.name.as_str() => Caller::Unresolved {
+            pid,
+            why: format!(
+                "it runs in the process tree of `{}` but was started for `{}` (FLEETD_MEMBER): a helper shared between members answers for none of them",
+                m.name,
+                fleetd_actors::types::truncate(&c, 40)
+            ),
+        },
+        (Standing::Member(m), _) => Caller::Member(m),
+        (Standing::Outside, Some(c)) => Caller::Unresolved {
+            pid,
+            why: format!(
+                "it was started for member `{}` (FLEETD_MEMBER) but runs outside every member's process tree (detached from it?)",
+                fleetd_actors::types::truncate(&c, 40)
+            ),
+        },
+        (Standing::Outside, None) => outside,
+    }
+}
+
+/// A caller on the MCP socket: a member, or "not a member", or unresolved.
+pub fn mcp_caller(ctx: &Ctx, pid: Option<u32>) -> Caller {
+    resolve(ctx, pid, Caller::NotMember { pid })
 }
 
 /// A caller on the operator's REST socket: a member if it runs inside one (so a worker cannot
-/// bypass Authz by calling the CLI from its shell), else the operator.
+/// bypass Authz by calling the CLI from its shell), the operator if its ancestry reaches init
+/// outside every member, and otherwise unresolved (refused).
 pub fn rest_caller(ctx: &Ctx, pid: Option<u32>) -> Caller {
-    match pid.and_then(|p| member_of(ctx, p)) {
-        Some(m) => Caller::Member(m),
-        None => Caller::Operator,
-    }
+    resolve(ctx, pid, Caller::Operator)
 }
 
 /// The working directory of `pid`, for spawns that do not name one.
@@ -61,6 +140,7 @@ pub fn cwd_of(pid: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleetd_actors::types::{MemberName, Role};
 
     #[test]
     fn parent_of_self_is_our_parent() {
@@ -68,5 +148,57 @@ mod tests {
         let expected = std::os::unix::process::parent_id();
         assert_eq!(parent_of(me), Some(expected));
         assert_eq!(parent_of(u32::MAX), None);
+    }
+
+    #[test]
+    fn ancestry_is_read_to_its_end_or_the_caller_is_unknown() {
+        let w1 = MemberIdentity {
+            name: MemberName::new("w1").unwrap(),
+            role: Role::Worker,
+            slot: None,
+        };
+        let member = |p: u32| (p == 50).then(|| w1.clone());
+        // 100 -> 50 (w1's root): inside w1.
+        let tree = |p: u32| match p {
+            100 => Some(50),
+            50 => Some(10),
+            10 => Some(1),
+            1 => Some(0),
+            _ => None,
+        };
+        assert_eq!(
+            standing_with(100, member, tree),
+            Standing::Member(w1.clone())
+        );
+        // 10 -> 1: outside, read to init.
+        assert_eq!(standing_with(10, member, tree), Standing::Outside);
+        // The connecting process is gone (its fd passed to a parent that kept it).
+        assert!(
+            matches!(standing_with(77, member, tree), Standing::Unknown(w) if w.contains("is gone"))
+        );
+        // The chain breaks off in the middle.
+        let broken = |p: u32| match p {
+            100 => Some(99),
+            _ => None,
+        };
+        assert!(
+            matches!(standing_with(100, member, broken), Standing::Unknown(w) if w.contains("breaks off at pid 99"))
+        );
+        // Deeper than the walk goes: refused, not taken for the operator.
+        let deep = |p: u32| Some(p + 1);
+        assert!(
+            matches!(standing_with(1_000, member, deep), Standing::Unknown(w) if w.contains("deeper than 128"))
+        );
+    }
+
+    #[test]
+    fn our_own_environment_is_read_as_the_kernel_holds_it() {
+        // This test process was not started for a member (the harness does not set it).
+        let me = std::process::id();
+        assert_eq!(
+            claimed_member(me),
+            std::env::var("FLEETD_MEMBER").ok(),
+            "environ of our own pid"
+        );
     }
 }

@@ -58,6 +58,15 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
         return Ok(());
     }
     let member = match caller {
+        Caller::Unresolved { .. } => {
+            return refuse(
+                format!(
+                    "{} is refused: fleetd only acts for a caller it can place in exactly one member's process tree, or outside all of them",
+                    caller.describe()
+                ),
+                "the same call from a process that stays in its member's terminal (or, for the operator, outside every member)",
+            );
+        }
         Caller::NotMember { .. } => {
             return refuse(
                 format!(
@@ -162,7 +171,7 @@ pub fn coordinator_row_visible(caller: &Caller) -> bool {
     match caller {
         Caller::Operator => true,
         Caller::Member(m) => m.role == Role::Primary,
-        Caller::NotMember { .. } => false,
+        Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
     }
 }
 

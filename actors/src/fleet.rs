@@ -581,6 +581,19 @@ impl Fleet {
                     caller.describe()
                 ),
             },
+            Caller::Unresolved { .. } => WhoAmI {
+                member: false,
+                name: None,
+                role: None,
+                slot: None,
+                parent: None,
+                charter_sha256: None,
+                host,
+                note: format!(
+                    "unresolved: {} so every tool but fleet_whoami refuses it",
+                    caller.describe()
+                ),
+            },
         }
     }
 
@@ -1451,7 +1464,7 @@ impl Fleet {
         let mine = match caller {
             Caller::Operator => true,
             Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
-            Caller::NotMember { .. } => false,
+            Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
         };
         if !mine {
             return Err(FleetError::new(
@@ -1478,7 +1491,7 @@ impl Fleet {
             let visible = match caller {
                 Caller::Operator => true,
                 Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
-                Caller::NotMember { .. } => false,
+                Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
             };
             if visible {
                 out.push(self.view(t).await);
@@ -1505,7 +1518,7 @@ impl Fleet {
         let mine = match caller {
             Caller::Operator => true,
             Caller::Member(me) => m.from == Party::Member(me.name.clone()) || m.target == me.name,
-            Caller::NotMember { .. } => false,
+            Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
         };
         if !mine {
             return Err(FleetError::new(

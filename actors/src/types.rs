@@ -328,6 +328,10 @@ pub enum Caller {
     Member(MemberIdentity),
     /// On the MCP socket, a process outside every member.
     NotMember { pid: Option<u32> },
+    /// A process whose identity could not be established completely (its ancestry could not
+    /// be read to the end, or it contradicts the member it says it was started for): it gets
+    /// nothing but `fleet_whoami`, on every socket, and `why` says what failed.
+    Unresolved { pid: Option<u32>, why: String },
 }
 
 impl Caller {
@@ -335,7 +339,7 @@ impl Caller {
         match self {
             Caller::Operator => Some(Party::Operator),
             Caller::Member(m) => Some(Party::Member(m.name.clone())),
-            Caller::NotMember { .. } => None,
+            Caller::NotMember { .. } | Caller::Unresolved { .. } => None,
         }
     }
 
@@ -352,6 +356,12 @@ impl Caller {
             Caller::Member(m) => format!("{} `{}`", m.role, m.name),
             Caller::NotMember { pid: Some(p) } => format!("pid {p} (not a member)"),
             Caller::NotMember { pid: None } => "a process that is not a member".into(),
+            Caller::Unresolved { pid: Some(p), why } => {
+                format!("pid {p}, whose identity cannot be established ({why}),")
+            }
+            Caller::Unresolved { pid: None, why } => {
+                format!("a caller whose identity cannot be established ({why}),")
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ mod drift;
 mod durability;
 mod fleet;
 mod hostile;
+mod identity;
 mod ledger;
 mod link;
 mod mail;
