@@ -452,6 +452,9 @@ impl HostBackend {
             .arg(spec.cols.to_string())
             .arg("--unset")
             .arg("RUST_LOG_STYLE");
+        for k in &spec.unset {
+            cmd.arg("--unset").arg(k);
+        }
         if let Some(cwd) = &spec.cwd {
             cmd.arg("--cwd").arg(cwd);
         }

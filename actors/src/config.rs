@@ -420,6 +420,23 @@ pub struct Profile {
     /// `Stop` after the user interrupted a turn).
     pub hook_yield_ms: u64,
     pub env: BTreeMap<String, String>,
+    /// Variables of the daemon's environment the agent must not inherit: names, or prefixes
+    /// ending in `*` (Gemini CLI will not start interactively when it sees `CI` or any `CI_*`).
+    pub unset_env: Vec<String>,
+}
+
+impl Profile {
+    /// The names among `vars` that `unset_env` removes.
+    pub fn unset_in<'a>(&self, vars: impl Iterator<Item = &'a str>) -> Vec<String> {
+        vars.filter(|v| {
+            self.unset_env.iter().any(|u| match u.strip_suffix('*') {
+                Some(prefix) => v.starts_with(prefix),
+                None => v == u,
+            })
+        })
+        .map(str::to_string)
+        .collect()
+    }
 }
 
 impl Default for Profile {
@@ -443,6 +460,7 @@ impl Default for Profile {
             wait_for_session_ms: 0,
             hook_yield_ms: 5000,
             env: BTreeMap::new(),
+            unset_env: vec![],
         }
     }
 }
@@ -851,6 +869,16 @@ mod tests {
         assert_eq!(c.tickets, TicketConfig::default());
         assert_eq!(c.injector, InjectorConfig::default());
         assert_eq!(c.limits, Limits::default());
+    }
+
+    #[test]
+    fn unset_env_takes_names_and_prefixes() {
+        let p = Profile {
+            unset_env: vec!["CI".into(), "CI_*".into()],
+            ..Profile::default()
+        };
+        let vars = ["CI", "CI_TOKEN", "CIRCLE", "PATH", "XCI"];
+        assert_eq!(p.unset_in(vars.into_iter()), vec!["CI", "CI_TOKEN"]);
     }
 
     #[test]

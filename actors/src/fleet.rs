@@ -767,11 +767,16 @@ impl Fleet {
         }
         let now = self.ctx.now();
         let generation = now;
+        let vars: Vec<String> = std::env::vars_os()
+            .filter_map(|(k, _)| k.into_string().ok())
+            .collect();
+        let unset = profile.unset_in(vars.iter().map(String::as_str));
         let spec = LaunchSpec {
             name: name.clone(),
             generation,
             argv: argv.clone(),
             env,
+            unset,
             cwd: cwd.clone(),
             rows: config.lifecycle.rows,
             cols: config.lifecycle.cols,

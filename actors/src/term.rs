@@ -82,6 +82,8 @@ pub struct LaunchSpec {
     pub generation: u64,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Variables of the daemon's environment the program must not inherit.
+    pub unset: Vec<String>,
     pub cwd: Option<String>,
     pub rows: u16,
     pub cols: u16,

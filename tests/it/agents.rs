@@ -270,6 +270,10 @@ impl Rig {
             ("XDG_DATA_HOME".into(), h(".local/share")),
             ("XDG_CACHE_HOME".into(), h(".cache")),
             ("XDG_STATE_HOME".into(), h(".local/state")),
+            // As on a CI runner: Gemini CLI would refuse to start interactively (its profile
+            // unsets these for the member).
+            ("CI".into(), "true".into()),
+            ("CI_JOB_ID".into(), "1".into()),
         ];
         let mut add = |k: &str, v: &str| env.push((k.into(), v.into()));
         match cli {
