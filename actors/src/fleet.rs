@@ -195,6 +195,23 @@ pub struct WhoAmI {
     pub note: String,
 }
 
+impl WhoAmI {
+    /// A caller that is no member: the operator, a process outside every member, or one whose
+    /// identity could not be established; `note` says which.
+    fn outside(host: String, note: String) -> Self {
+        WhoAmI {
+            member: false,
+            name: None,
+            role: None,
+            slot: None,
+            parent: None,
+            charter_sha256: None,
+            host,
+            note,
+        }
+    }
+}
+
 /// The primary's coordination state: this daemon's coord-id, its mailbox (mail held for the
 /// primary), and peers. Built only after the gate passes.
 #[derive(Clone, Debug, Serialize)]
@@ -557,43 +574,24 @@ impl Fleet {
                     ),
                 }
             }
-            Caller::Operator => WhoAmI {
-                member: false,
-                name: None,
-                role: None,
-                slot: None,
-                parent: None,
-                charter_sha256: None,
+            Caller::Operator => WhoAmI::outside(
                 host,
-                note: "you are the operator (a process outside every member, on the REST socket)"
-                    .into(),
-            },
-            Caller::NotMember { .. } => WhoAmI {
-                member: false,
-                name: None,
-                role: None,
-                slot: None,
-                parent: None,
-                charter_sha256: None,
+                "you are the operator (a process outside every member, on the REST socket)".into(),
+            ),
+            Caller::NotMember { .. } => WhoAmI::outside(
                 host,
-                note: format!(
+                format!(
                     "not a member: {} does not run inside any member's terminal, so every mutating tool refuses it",
                     caller.describe()
                 ),
-            },
-            Caller::Unresolved { .. } => WhoAmI {
-                member: false,
-                name: None,
-                role: None,
-                slot: None,
-                parent: None,
-                charter_sha256: None,
+            ),
+            Caller::Unresolved { .. } => WhoAmI::outside(
                 host,
-                note: format!(
+                format!(
                     "unresolved: {} so every tool but fleet_whoami refuses it",
                     caller.describe()
                 ),
-            },
+            ),
         }
     }
 

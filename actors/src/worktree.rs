@@ -186,23 +186,16 @@ mod tests {
         );
     }
 
+    fn commit(dir: &Path, extra: &[&str]) {
+        let mut args = vec!["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q"];
+        args.extend_from_slice(extra);
+        sh(dir, &args);
+    }
+
     fn repo() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         sh(d.path(), &["init", "-q", "-b", "main"]);
-        sh(
-            d.path(),
-            &[
-                "-c",
-                "user.email=a@b",
-                "-c",
-                "user.name=a",
-                "commit",
-                "-q",
-                "--allow-empty",
-                "-m",
-                "root",
-            ],
-        );
+        commit(d.path(), &["--allow-empty", "-m", "root"]);
         d
     }
 
@@ -222,19 +215,7 @@ mod tests {
         std::fs::write(Path::new(&w.path).join("f"), "x").unwrap();
         assert!(matches!(cleanup(&w).unwrap(), Cleanup::Kept(why) if why.contains("uncommitted")));
         sh(Path::new(&w.path), &["add", "f"]);
-        sh(
-            Path::new(&w.path),
-            &[
-                "-c",
-                "user.email=a@b",
-                "-c",
-                "user.name=a",
-                "commit",
-                "-q",
-                "-m",
-                "work",
-            ],
-        );
+        commit(Path::new(&w.path), &["-m", "work"]);
         assert!(matches!(cleanup(&w).unwrap(), Cleanup::Kept(why) if why.contains("1 commit")));
         // Merged into main: no longer its own work.
         sh(r.path(), &["merge", "-q", "--ff-only", "fleet/w2"]);

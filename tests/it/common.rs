@@ -39,6 +39,22 @@ pub fn sim(args: &[&str]) -> Vec<String> {
     v
 }
 
+/// A terminal agent that records every byte it reads (`sim-agent --record`) and takes each
+/// paste as one turn of `work_ms` (the busy line, then the prompt), ending it without
+/// fleet_reply (the ticket gets its tail).
+#[allow(dead_code)] // the hostile-text and crash tests'
+pub fn recorder(file: &Path, work_ms: u64) -> Vec<String> {
+    sim(&[
+        "--script",
+        "worker",
+        "--no-reply",
+        "--work-ms",
+        &work_ms.to_string(),
+        "--record",
+        &file.display().to_string(),
+    ])
+}
+
 pub struct D {
     _root: tempfile::TempDir,
     pub state: PathBuf,

@@ -30,20 +30,6 @@ fn env_or(name: &str, dflt: usize) -> usize {
         .unwrap_or(dflt)
 }
 
-/// An agent that records every byte it reads, takes each paste as one short turn, and ends it
-/// without fleet_reply (so each ticket gets its transcript tail).
-fn recorder(file: &Path) -> Vec<String> {
-    sim(&[
-        "--script",
-        "worker",
-        "--no-reply",
-        "--work-ms",
-        "5",
-        "--record",
-        &file.display().to_string(),
-    ])
-}
-
 /// The tokens pasted into a recording, in order: each message body is `crash-token-NxA`.
 fn tokens_in(record: &Path) -> Vec<String> {
     let bytes = std::fs::read(record).unwrap_or_default();
@@ -82,7 +68,7 @@ async fn trial(sends: usize, kills: usize, seed: u64) -> Outcome {
         .collect();
     let mut ev = d.events().await;
     for (m, r) in members.iter().zip(&records) {
-        d.spawn(m, "worker", recorder(r)).await;
+        d.spawn(m, "worker", recorder(r, 5)).await;
         ev.status(m, "idle").await;
     }
     // Four senders; each acknowledged send is (token, member, ticket).

@@ -49,20 +49,6 @@ fn assert_visible(clean: &str, pwned: &Path) {
     }
 }
 
-/// A terminal agent that records every byte it reads and takes each paste as one turn (the busy
-/// line for a moment, then the prompt), ending it without fleet_reply (the ticket gets a tail).
-fn recorder(file: &Path) -> Vec<String> {
-    sim(&[
-        "--script",
-        "worker",
-        "--no-reply",
-        "--work-ms",
-        "150",
-        "--record",
-        file.to_str().unwrap(),
-    ])
-}
-
 /// JSON with DEL and every non-ASCII character escaped (`\u009b`; serde_json escapes only
 /// the C0 controls), so the tool calls themselves pass
 /// through the exec agent's paste unaltered and the calls it makes carry the raw characters.
@@ -313,7 +299,7 @@ async fn hostile_text_reaches_each_local_terminal_as_one_visible_paste() {
         sim(&["--script", "exec", "--work-ms", "0"]),
     )
     .await;
-    d.spawn("rec", "worker", recorder(&rec_bytes)).await;
+    d.spawn("rec", "worker", recorder(&rec_bytes, 150)).await;
 
     // 1. A worker asks its lead: the question is pasted into the lead's terminal.
     let r = calls_as(
@@ -446,7 +432,8 @@ async fn hostile_mail_from_another_host_reaches_its_lead_as_one_visible_paste() 
         sim(&["--script", "exec", "--work-ms", "0"]),
     )
     .await;
-    db.spawn("lead", "primary", recorder(&beta_bytes)).await;
+    db.spawn("lead", "primary", recorder(&beta_bytes, 150))
+        .await;
     ea.until("alpha sees beta up", |e| link_event(e, "beta", true))
         .await;
 
