@@ -660,6 +660,7 @@ async fn attach(c: &Client, name: &str) -> anyhow::Result<()> {
         "attach needs a terminal on stdin"
     );
     let (rows, cols) = term_size().unwrap_or((40, 120));
+    let (rows, cols) = fleetd_actors::term::clamp_size(rows, cols);
     let conn = c.attach(name, rows, cols).await.map_err(api)?;
     let saved = tcgetattr(&stdin)?;
     let mut raw = saved.clone();
@@ -1328,8 +1329,14 @@ pub fn ledger_verify(
         "{} is too large to verify here",
         path.display()
     );
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("ledger {}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("ledger {}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "ledger {}: FAILS: it is not text (byte {} is not UTF-8), so it is not a fleetd ledger or it was overwritten; restore it from a backup",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     let (key_text, key_source) = match key {
         Some(k) if Path::new(k).exists() => {
             (Some(std::fs::read_to_string(k)?), format!("--key {k}"))

@@ -334,6 +334,45 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
     }
 }
 
+/// The umask the process had before the daemon set its own (0o077), for its members.
+static USER_UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Set the daemon's umask to 0o077, keeping the one it was started with for its members.
+fn remember_user_umask() {
+    // SAFETY: umask only swaps the process's file mode mask.
+    let old = unsafe { libc::umask(0o077) };
+    let _ = USER_UMASK.set(old as u32);
+}
+
+/// The umask members get (the one the daemon was started with).
+pub fn user_umask() -> Option<u32> {
+    USER_UMASK.get().copied()
+}
+
+/// Take group and other permissions off what an older fleetd left in the state dir (its top
+/// level and the KB), without following symlinks.
+fn tighten(state_dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let fix = |p: &Path| {
+        if let Ok(m) = std::fs::symlink_metadata(p)
+            && (m.is_file() || m.is_dir())
+            && m.permissions().mode() & 0o077 != 0
+        {
+            let mode = m.permissions().mode() & !0o077;
+            if let Err(e) = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)) {
+                tracing::warn!(path = %p.display(), "could not make it private: {e}");
+            }
+        }
+    };
+    for dir in [state_dir.to_path_buf(), state_dir.join("kb")] {
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten().take(100_000) {
+                fix(&e.path());
+            }
+        }
+    }
+}
+
 impl Daemon {
     /// Boot a daemon on `state_dir`.
     pub async fn start(
@@ -341,21 +380,43 @@ impl Daemon {
         config_path: Option<PathBuf>,
         fleetd_exe: PathBuf,
     ) -> anyhow::Result<Daemon> {
+        // Everything the daemon creates is the service user's alone (files 0600, directories
+        // 0700); members get the umask the daemon was started with back (see `term`).
+        remember_user_umask();
         std::fs::create_dir_all(state_dir)
-            .with_context(|| format!("state dir {}", state_dir.display()))?;
+            .with_context(|| format!("could not create the state dir {}", state_dir.display()))?;
         {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o700))?;
+            std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| {
+                    format!(
+                        "could not make the state dir {} private (mode 0700)",
+                        state_dir.display()
+                    )
+                })?;
         }
-        let state_dir = std::fs::canonicalize(state_dir)?;
+        let state_dir = std::fs::canonicalize(state_dir)
+            .with_context(|| format!("state dir {}", state_dir.display()))?;
+        tighten(&state_dir);
         let layout = Arc::new(Layout::new(&state_dir));
         let config = load_config(config_path.as_deref())?;
         let store = Store::open(&layout.db()).map_err(|e| {
-            anyhow::anyhow!(
-                "{e}. Is another `fleetd serve` running with --state-dir {}?",
-                state_dir.display()
-            )
+            if e.is_in_use() {
+                anyhow::anyhow!(
+                    "{e}. Is another `fleetd serve` running with --state-dir {}?",
+                    state_dir.display()
+                )
+            } else {
+                anyhow::anyhow!("{e}")
+            }
         })?;
+        let ledger = state_dir.join("ledger.jsonl");
+        if let Err(why) = fleetd_actors::ledger::actor::check_is_ledger(&ledger) {
+            anyhow::bail!(
+                "the ledger {path} is not a fleetd ledger: {why}. Check it with `fleetd ledger verify {path}`; restore it from a backup (docs/OPERATIONS.md), or move it aside to start a new ledger",
+                path = ledger.display()
+            );
+        }
         let last_msg = store.last_msg_id()?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let events = Arc::new(EventBus::new(clock.clone(), 4096));

@@ -508,15 +508,25 @@ async fn kb_file(
             "YYYY-MM-DD.jsonl",
         )));
     }
-    let p = fleetd_actors::drift::kb::drift_root(&api.fleet.ctx.kb_dir())
-        .join(&identity)
-        .join(&file);
-    let text = tokio::fs::read(&p).await.map_err(|_| {
-        ApiError(FleetError::not_found(
-            format!("drift log {identity}/{file}"),
-            "no such log",
-            "a date from GET /kb/fleet/drift/{identity}/",
-        ))
+    let root = fleetd_actors::drift::kb::drift_root(&api.fleet.ctx.kb_dir());
+    let (id, f) = (identity.clone(), file.clone());
+    let read =
+        tokio::task::spawn_blocking(move || fleetd_actors::drift::kb::read_file(&root, &id, &f))
+            .await
+            .map_err(|e| ApiError(FleetError::internal("reading a drift log", e.to_string())))?;
+    let text = read.map_err(|e| {
+        ApiError(match e.kind() {
+            std::io::ErrorKind::NotFound => FleetError::not_found(
+                format!("drift log {identity}/{file}"),
+                "no such log",
+                "a date from GET /kb/fleet/drift/{identity}/",
+            ),
+            _ => FleetError::invalid(
+                format!("drift log {identity}/{file}"),
+                format!("it is not served: {e}"),
+                "a regular log file written by fleetd",
+            ),
+        })
     })?;
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
 }

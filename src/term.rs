@@ -114,6 +114,9 @@ pub struct HostArgs {
     /// Variables to remove from the program's environment.
     #[arg(long = "unset")]
     pub unset: Vec<String>,
+    /// The file mode mask the program runs with (the daemon's own is 0o077).
+    #[arg(long)]
+    pub umask: Option<u32>,
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
 }
@@ -136,7 +139,8 @@ enum HostEvent {
     Eof,
 }
 
-async fn host_main(args: HostArgs) -> anyhow::Result<()> {
+async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
+    (args.rows, args.cols) = fleetd_actors::term::clamp_size(args.rows, args.cols);
     let _ = std::fs::remove_file(&args.socket);
     let listener = UnixListener::bind(&args.socket)?;
     let pty = native_pty_system();
@@ -153,7 +157,18 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
         cmd.env_remove(k);
     }
     if let Some(d) = &args.cwd {
+        // portable-pty quietly starts the program in $HOME when the directory is missing.
+        if !d.is_dir() {
+            anyhow::bail!(
+                "the working directory {} is not a directory that exists",
+                d.display()
+            );
+        }
         cmd.cwd(d);
+    }
+    if let Some(m) = args.umask {
+        // SAFETY: umask only swaps the process's file mode mask; the program inherits it.
+        unsafe { libc::umask((m & 0o777) as libc::mode_t) };
     }
     let mut child = pair
         .slave
@@ -380,6 +395,7 @@ async fn host_main(args: HostArgs) -> anyhow::Result<()> {
                     }
                 }
                 Ok(Some(DaemonMsg::Resize { rows, cols })) => {
+                    let (rows, cols) = fleetd_actors::term::clamp_size(rows, cols);
                     let _ = master.resize(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 });
                     parser.screen_mut().set_size(nz(rows), nz(cols));
                 }
@@ -454,6 +470,9 @@ impl HostBackend {
             .arg("RUST_LOG_STYLE");
         for k in &spec.unset {
             cmd.arg("--unset").arg(k);
+        }
+        if let Some(m) = crate::daemon::user_umask() {
+            cmd.arg("--umask").arg(m.to_string());
         }
         if let Some(cwd) = &spec.cwd {
             cmd.arg("--cwd").arg(cwd);

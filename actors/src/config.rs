@@ -756,8 +756,8 @@ impl Config {
         {
             problems.push(format!("daemon.host {:?} must be non-empty, without spaces, `+` or `/` (it names the ledger's origin)", self.daemon.host));
         }
-        if self.lifecycle.rows < 2 || self.lifecycle.cols < 10 {
-            problems.push("lifecycle.rows must be >= 2 and lifecycle.cols >= 10".into());
+        if let Some(why) = crate::term::size_problem(self.lifecycle.rows, self.lifecycle.cols) {
+            problems.push(format!("lifecycle.rows/cols: {why}"));
         }
         for (field, v) in [
             (

@@ -671,6 +671,9 @@ impl Fleet {
                 (name, role, slot, req.profile.clone(), req.cwd.clone())
             }
         };
+        if let Some(dir) = &cwd {
+            check_cwd(&name, dir)?;
+        }
         let slot_command = slot
             .as_deref()
             .and_then(|s| config.architects.get(s))
@@ -2143,6 +2146,13 @@ impl Fleet {
     ) -> Result<(), FleetError> {
         Self::operator_only(caller, "terminal resize")?;
         let name = member_name(name)?;
+        if let Some(why) = crate::term::size_problem(rows, cols) {
+            return Err(FleetError::invalid(
+                format!("resizing `{name}`'s terminal"),
+                why,
+                "the size of a real terminal (`fleetd attach` sends yours)",
+            ));
+        }
         let slot = self.slot_of(&name).await?;
         slot.cast(SlotMsg::Resize { rows, cols });
         Ok(())
@@ -2369,6 +2379,35 @@ fn read_user_config(kind: crate::config::AgentKind) -> crate::agents::UserConfig
         dir: Some(dir),
         settings,
         entries,
+    }
+}
+
+/// A member's working directory must be an absolute path to a directory that exists (the
+/// agent would otherwise start somewhere else, e.g. `$HOME`, and work there).
+fn check_cwd(name: &MemberName, dir: &str) -> Result<(), FleetError> {
+    let what = format!("the spawn of `{name}`");
+    let accepted =
+        "the absolute path of an existing directory (fleetd spawn sends the directory it runs in)";
+    let path = std::path::Path::new(dir);
+    if !path.is_absolute() {
+        return Err(FleetError::invalid(
+            what,
+            format!("the working directory {dir:?} is not an absolute path"),
+            accepted,
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(FleetError::invalid(
+            what,
+            format!("the working directory {dir:?} is not a directory"),
+            accepted,
+        )),
+        Err(e) => Err(FleetError::invalid(
+            what,
+            format!("the working directory {dir:?} cannot be used: {e}"),
+            accepted,
+        )),
     }
 }
 

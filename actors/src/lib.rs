@@ -19,6 +19,7 @@ pub mod keys;
 pub mod ledger;
 pub mod link;
 pub mod mail;
+pub mod quiet;
 pub mod registry;
 pub mod sanitize;
 pub mod slot;

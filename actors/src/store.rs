@@ -48,6 +48,10 @@ pub enum StoreError {
     },
     #[error("state database: {0}")]
     Db(String),
+    #[error(
+        "the state database {path} is damaged ({detail}). Restore the state dir from a backup (docs/OPERATIONS.md), or move the file aside to start with an empty fleet"
+    )]
+    Damaged { path: String, detail: String },
     #[error("state database holds a record that does not decode ({what}): {source}")]
     Decode {
         what: String,
@@ -129,13 +133,62 @@ pub struct Store {
     db: Arc<Database>,
 }
 
+impl StoreError {
+    /// Another daemon holds the database.
+    pub fn is_in_use(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Open {
+                source: redb::DatabaseError::DatabaseAlreadyOpen
+                    | redb::DatabaseError::LockProtocolMismatch,
+                ..
+            }
+        )
+    }
+}
+
 impl Store {
-    /// Open (or create) the database at `path`. Fails if another daemon holds it.
+    /// Open (or create) the database at `path`. Fails if another daemon holds it, and fails
+    /// cleanly (never a panic) if the file is damaged: its checksums are checked and every
+    /// record is read once before the daemon uses it.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = Database::create(path).map_err(|source| StoreError::Open {
+        let damaged = |detail: String| StoreError::Damaged {
+            path: path.display().to_string(),
+            detail,
+        };
+        match crate::quiet::catch(|| Self::open_checked(path)) {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(StoreError::Open { source, .. }))
+                if matches!(
+                    &source,
+                    redb::DatabaseError::UpgradeRequired(_)
+                        | redb::DatabaseError::Storage(redb::StorageError::Corrupted(_))
+                ) || matches!(&source, redb::DatabaseError::Storage(redb::StorageError::Io(e))
+                        if e.kind() == std::io::ErrorKind::InvalidData) =>
+            {
+                Err(damaged(source.to_string()))
+            }
+            Ok(Err(e @ (StoreError::Db(_) | StoreError::Decode { .. }))) => {
+                Err(damaged(e.to_string()))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(panic) => Err(damaged(format!("reading it failed inside redb: {panic}"))),
+        }
+    }
+
+    fn open_checked(path: &Path) -> Result<Store, StoreError> {
+        let mut db = Database::create(path).map_err(|source| StoreError::Open {
             path: path.display().to_string(),
             source,
         })?;
+        match db.check_integrity() {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                path = %path.display(),
+                "the state database was repaired (rolled back to its last intact commit)"
+            ),
+            Err(e) => return Err(StoreError::Db(format!("integrity check: {e}"))),
+        }
         let tx = db.begin_write()?;
         {
             tx.open_table(MEMBERS)?;
@@ -149,7 +202,35 @@ impl Store {
             tx.open_table(MAIL_META)?;
         }
         tx.commit()?;
-        Ok(Store { db: Arc::new(db) })
+        let store = Store { db: Arc::new(db) };
+        store.read_everything()?;
+        Ok(store)
+    }
+
+    /// Read every record of every table once (a damaged page panics or errors here, at start,
+    /// not in the middle of serving).
+    fn read_everything(&self) -> Result<(), StoreError> {
+        fn all<K: redb::Key + 'static, V: redb::Value + 'static>(
+            tx: &redb::ReadTransaction,
+            t: TableDefinition<K, V>,
+        ) -> Result<(), StoreError> {
+            let table = tx.open_table(t)?;
+            for row in table.iter()? {
+                row?;
+            }
+            Ok(())
+        }
+        let tx = self.db.begin_read()?;
+        all(&tx, MEMBERS)?;
+        all(&tx, MESSAGES)?;
+        all(&tx, TICKETS)?;
+        all(&tx, META)?;
+        all(&tx, REFUSALS)?;
+        all(&tx, DRIFT_CACHE)?;
+        all(&tx, MAIL_OUT)?;
+        all(&tx, MAIL_IN)?;
+        all(&tx, MAIL_META)?;
+        Ok(())
     }
 
     /// Run a blocking store call off the async worker threads.

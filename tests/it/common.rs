@@ -2,6 +2,8 @@
 //! sd_notify protocol (no polling), an event stream to await what happens, and clean-up that
 //! leaves no agent behind.
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -265,7 +267,7 @@ impl D {
             .as_str()
             .unwrap_or_else(|| panic!("no reply: {t}"));
         serde_json::from_str::<Value>(text)
-            .expect("results json")
+            .unwrap_or_else(|e| panic!("the reply is not the calls' results ({e}): {t}"))
             .as_array()
             .cloned()
             .unwrap_or_default()
@@ -467,4 +469,21 @@ pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
     let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
     unsafe { libc::close(fd) };
     r == 1
+}
+
+/// An HTTP/1.1 request over an already connected socket: (status, body).
+pub fn http(mut s: UnixStream, method: &str, path: &str, body: &str) -> (u16, String) {
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: fleetd\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
 }

@@ -2,30 +2,12 @@
 //! `FLEETD_MEMBER` contradicts its process tree, is refused on the REST socket (never taken for
 //! the operator) and gets nothing but fleet_whoami on the MCP socket.
 
-use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use serde_json::{Value, json};
 
 use crate::common::*;
-
-/// An HTTP/1.1 request over an already connected socket: (status, body).
-fn http(mut s: UnixStream, method: &str, path: &str, body: &str) -> (u16, String) {
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: fleetd\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, out)
-}
 
 /// (a) A process connects to `api.sock`, hands the connection to another process and exits:
 /// the connection's peer pid no longer resolves. It must not be the operator.

@@ -8,6 +8,7 @@ mod crash;
 mod drift;
 mod durability;
 mod fleet;
+mod harden;
 mod hostile;
 mod identity;
 mod ledger;

@@ -26,6 +26,53 @@ pub fn drift_root(kb: &Path) -> PathBuf {
     }
 }
 
+/// Read one KB file safely: never through a symlink (neither the file nor its identity's
+/// directory), only a regular file, and at most [`MAX_FILE`] bytes actually read (a size in
+/// the metadata is not trusted: `/dev/zero` says 0).
+pub fn read_file(root: &Path, identity: &str, file: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let dir = root.join(identity);
+    if !std::fs::symlink_metadata(&dir)?.is_dir() {
+        return Err(refuse(format!(
+            "{identity} is not a directory (a symlink is not followed)"
+        )));
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(dir.join(file))
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                refuse(format!("{identity}/{file} is a symlink (not followed)"))
+            } else {
+                e
+            }
+        })?;
+    if !f.metadata()?.is_file() {
+        return Err(refuse(format!("{identity}/{file} is not a regular file")));
+    }
+    let mut buf = vec![];
+    f.take(MAX_FILE + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_FILE {
+        return Err(refuse(format!(
+            "{identity}/{file} is over {MAX_FILE} bytes"
+        )));
+    }
+    Ok(buf)
+}
+
+/// Open a log for appending, never through a symlink.
+fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// The UTC date of a time, as the file name uses it.
 pub fn date_of(ms: Millis) -> String {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
@@ -96,16 +143,8 @@ pub fn read_identity(root: &Path, identity: &str) -> Logs {
     let skip = dates.len().saturating_sub(MAX_FILES);
     let mut files = vec![];
     for d in dates.into_iter().skip(skip) {
-        let p = dir.join(format!("{d}.jsonl"));
         let rel = format!("fleet/drift/{identity}/{d}.jsonl");
-        match std::fs::metadata(&p) {
-            Ok(m) if m.len() > MAX_FILE => {
-                return Logs::Unreadable(format!("{rel} is over {MAX_FILE} bytes"));
-            }
-            Ok(_) => {}
-            Err(e) => return Logs::Unreadable(format!("{rel}: {e}")),
-        }
-        match std::fs::read(&p) {
+        match read_file(root, identity, &format!("{d}.jsonl")) {
             Ok(b) => files.push(LogFile {
                 date: d,
                 path: rel,
@@ -133,11 +172,8 @@ pub fn append(
     let dir = kb.join("fleet").join("drift").join(identity);
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{date}.jsonl"));
-    let fresh = !path.exists() || std::fs::metadata(&path)?.len() == 0;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
+    let mut f = open_append(&path)?;
+    let fresh = f.metadata()?.len() == 0;
     let mut buf = String::new();
     if fresh {
         buf.push_str(&line::header(identity, date));
@@ -165,11 +201,8 @@ pub fn append_unsynced(
     let dir = kb.join("fleet").join("drift").join(identity);
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{date}.jsonl"));
-    let fresh = !path.exists();
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
+    let mut f = open_append(&path)?;
+    let fresh = f.metadata()?.len() == 0;
     if fresh {
         writeln!(f, "{}", line::header(identity, date))?;
     }
@@ -221,11 +254,10 @@ pub fn served_anchors(
         };
         let skip = ds.len().saturating_sub(days);
         for d in ds.into_iter().skip(skip) {
-            let p = root.join(&identity).join(format!("{d}.jsonl"));
-            if std::fs::metadata(&p).map_or(true, |m| m.len() > MAX_FILE) {
+            let Ok(bytes) = read_file(&root, &identity, &format!("{d}.jsonl")) else {
                 continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&p) else {
+            };
+            let Ok(text) = String::from_utf8(bytes) else {
                 continue;
             };
             candidates.extend(
@@ -255,6 +287,65 @@ pub fn served_anchors(
 mod tests {
     use super::*;
     use crate::drift::line::{Kind, NewLine, sign};
+
+    #[test]
+    fn symlinks_and_special_files_in_the_kb_are_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let secret = root.join("secret");
+        std::fs::write(&secret, "not a log").unwrap();
+        std::fs::create_dir_all(root.join("w1")).unwrap();
+        std::fs::write(root.join("w1/2026-12-01.jsonl"), "{}\n").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("w1/2026-12-02.jsonl")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("w1/2026-12-03.jsonl")).unwrap();
+        std::os::unix::fs::symlink(root.join("w1"), root.join("w2")).unwrap();
+        assert_eq!(read_file(root, "w1", "2026-12-01.jsonl").unwrap(), b"{}\n");
+        for (id, f, why) in [
+            ("w1", "2026-12-02.jsonl", "symlink"),
+            ("w1", "2026-12-03.jsonl", "symlink"),
+            ("w2", "2026-12-01.jsonl", "not a directory"),
+        ] {
+            let e = read_file(root, id, f).unwrap_err().to_string();
+            assert!(e.contains(why), "{id}/{f}: {e}");
+        }
+        // A FIFO is not read (it would block), nor a device reached by its own name.
+        let fifo = std::ffi::CString::new(
+            root.join("w1/2026-12-04.jsonl")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = read_file(root, "w1", "2026-12-04.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // The identity with a symlinked log is unreadable as a whole, said so.
+        match read_identity(root, "w1") {
+            Logs::Unreadable(why) => assert!(why.contains("symlink"), "{why}"),
+            Logs::Present(_) => panic!("a symlinked log was read"),
+        }
+        // Appending through a symlink is refused (it would write into the target).
+        let d = root.join("fleet/drift/w3");
+        std::fs::create_dir_all(&d).unwrap();
+        std::os::unix::fs::symlink(&secret, d.join("2026-12-05.jsonl")).unwrap();
+        assert!(append(root, "w3", "2026-12-05", "{}").is_err());
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "not a log");
+    }
+
+    #[test]
+    fn a_log_over_the_limit_is_refused_by_bytes_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("w1")).unwrap();
+        let f = std::fs::File::create(root.join("w1/2026-12-01.jsonl")).unwrap();
+        f.set_len(MAX_FILE + 1).unwrap();
+        let e = read_file(root, "w1", "2026-12-01.jsonl")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("over"), "{e}");
+    }
 
     #[test]
     fn only_this_hosts_intact_anchors_are_served() {

@@ -82,6 +82,55 @@ fn sync_dir(path: &std::path::Path) {
     }
 }
 
+/// Is the file at `path` (if it exists and is not empty) a fleetd ledger at all? Reads at most its
+/// first 64 KiB: text, and a first line that is a JSON header. A ledger that is one but fails
+/// verification further on is the ledger actor's to report (decisions are refused, the daemon
+/// runs); a file that is not one must stop the daemon before it starts.
+pub fn check_is_ledger(path: &std::path::Path) -> Result<(), String> {
+    use std::io::Read;
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("it cannot be read: {e}")),
+    };
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("it cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    let mut head = vec![];
+    f.take(64 << 10)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("it cannot be read: {e}"))?;
+    if head.is_empty() {
+        return Ok(());
+    }
+    let text = match std::str::from_utf8(&head) {
+        Ok(t) => t,
+        // A character cut by the 64 KiB window is fine; anything else is not text.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(e) => {
+            return Err(format!(
+                "it is not text (byte {} is not UTF-8)",
+                e.valid_up_to()
+            ));
+        }
+    };
+    let first = text.split('\n').next().unwrap_or_default();
+    if text.contains('\n') || meta.len() == head.len() as u64 {
+        serde_json::from_str::<serde_json::Value>(first)
+            .ok()
+            .filter(|v| v.is_object())
+            .map(|_| ())
+            .ok_or_else(|| "its first line is not a ledger header (a JSON object)".to_string())
+    } else {
+        Err("its first line is over 64 KiB, so it is not a ledger header".into())
+    }
+}
+
 /// Open (or create) the ledger: recover a torn tail, verify, write overdue checkpoints.
 fn open_ledger(
     path: &std::path::Path,
@@ -121,10 +170,26 @@ fn open_ledger(
             text: String::new(),
         });
     }
-    let mut text = String::new();
+    let mut bytes = vec![];
     std::fs::File::open(path)?
         .take(MAX_LEDGER_BYTES)
-        .read_to_string(&mut text)?;
+        .read_to_end(&mut bytes)?;
+    let mut text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            tracing::error!(path = %path.display(), at, "the ledger is not text; decisions are refused until it is repaired");
+            return Ok(Opened {
+                file: None,
+                core: None,
+                broken: Some(format!(
+                    "the ledger {} is not text (byte {at} is not UTF-8); check it with `fleetd ledger verify`",
+                    path.display()
+                )),
+                text: String::new(),
+            });
+        }
+    };
     if !text.ends_with('\n') {
         let keep = text.rfind('\n').map_or(0, |i| i + 1);
         tracing::warn!(

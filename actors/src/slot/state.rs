@@ -256,7 +256,9 @@ fn nz(v: u16, dflt: u16) -> NonZeroU16 {
 
 impl SlotCore {
     pub fn new(profile: CompiledProfile, settings: SlotSettings, now: Millis) -> Self {
-        let parser = vt100::Parser::new(nz(settings.rows, 40), nz(settings.cols, 120), 0);
+        let (rows, cols) =
+            crate::term::clamp_size(nz(settings.rows, 40).get(), nz(settings.cols, 120).get());
+        let parser = vt100::Parser::new(nz(rows, 40), nz(cols, 120), 0);
         let tools_until = (profile.wait_for_tools_ms > 0).then(|| now + profile.wait_for_tools_ms);
         let session_until =
             (profile.wait_for_session_ms > 0).then(|| now + profile.wait_for_session_ms);
@@ -354,6 +356,7 @@ impl SlotCore {
 
     /// The terminal was resized.
     pub fn resize(&mut self, rows: u16, cols: u16) {
+        let (rows, cols) = crate::term::clamp_size(rows, cols);
         self.parser
             .screen_mut()
             .set_size(nz(rows, 40), nz(cols, 120));
