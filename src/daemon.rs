@@ -230,10 +230,10 @@ impl Actor for ApiActor {
         let mcp_l = bind_private(&a.layout.mcp_socket())
             .map_err(|e| format!("{}: {e}", a.layout.mcp_socket().display()))?;
         let (f, t3) = (a.fleet.clone(), token.clone());
-        let max = config.limits.mailbox;
-        tasks.push(tokio::spawn(
-            async move { mcp::serve(mcp_l, f, t3, max).await },
-        ));
+        let limits = mcp::Limits::new(&config.limits);
+        tasks.push(tokio::spawn(async move {
+            mcp::serve(mcp_l, f, t3, limits).await
+        }));
         tracing::info!(rest = %a.layout.api_socket().display(), mcp = %a.layout.mcp_socket().display(), tcp = ?config.api.tcp, "listening");
         Ok(ApiState {
             token,

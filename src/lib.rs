@@ -7,6 +7,7 @@
 //! side; `sim` is the scripted agent of the demo and the tests. See docs/ARCHITECTURE.md.
 
 pub mod bench;
+pub mod bounded;
 pub mod cli;
 pub mod client;
 pub mod codec;

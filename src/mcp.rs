@@ -220,6 +220,7 @@ fn need<T>(v: Option<T>, field: &str, action: &str) -> Result<T, FleetError> {
 pub struct FleetTools {
     fleet: Fleet,
     pid: Option<u32>,
+    max_request: usize,
     tool_router: ToolRouter<FleetTools>,
 }
 
@@ -229,8 +230,15 @@ impl FleetTools {
         FleetTools {
             fleet,
             pid,
+            max_request: usize::MAX,
             tool_router: Self::tool_router(),
         }
+    }
+
+    /// The request limit this connection is read under (said in refusals of bigger ones).
+    pub fn with_max_request(mut self, max: usize) -> Self {
+        self.max_request = max;
+        self
     }
 
     /// The caller, resolved from the connection at every call (never from arguments).
@@ -534,6 +542,33 @@ impl ServerHandler for FleetTools {
 
     /// As the macro would list them, and a member that lists them is ready for its first
     /// message (its agent's first turn will have the fleet tools).
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, McpError> {
+        if request.method != crate::bounded::OVERSIZED_METHOD {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("no method {:?}", request.method),
+                None,
+            ));
+        }
+        let bytes = request
+            .params
+            .as_ref()
+            .and_then(|p| p.get("bytes"))
+            .and_then(|b| b.as_u64())
+            .unwrap_or(0);
+        Err(McpError::invalid_request(
+            format!(
+                "refused: this request is {bytes} bytes, over the {} bytes this connection may send (limits.max_request_bytes); it was not read. Accepted: a smaller request (put long text in a file and send its path)",
+                self.max_request
+            ),
+            None,
+        ))
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -570,51 +605,213 @@ pub fn tool_names() -> Vec<String> {
         .collect()
 }
 
+/// How the MCP socket shares itself out. Members and non-members draw on separate pools, so
+/// processes outside the fleet can never hold the connections members need; one member cannot
+/// hold all of the members' pool either. Non-members (who may only ask `fleet_whoami`) get a
+/// small pool, small requests and an idle timeout.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections from members, all together (`limits.mailbox`).
+    pub members: usize,
+    /// Connections from any one member.
+    pub per_member: usize,
+    /// Connections from processes that are not members.
+    pub outsiders: usize,
+    /// Largest request from a member (`limits.max_request_bytes`).
+    pub max_request_bytes: usize,
+    /// Largest request from a non-member.
+    pub outsider_request_bytes: usize,
+    /// A non-member connection that sends nothing this long is closed.
+    pub outsider_idle: Duration,
+    /// A connection that has not finished the MCP handshake in this long is closed.
+    pub handshake: Duration,
+}
+
+impl Limits {
+    pub fn new(c: &fleetd_actors::config::Limits) -> Self {
+        Limits {
+            members: c.mailbox.max(1),
+            per_member: 32.min(c.mailbox.max(1)),
+            outsiders: c.mcp_outsiders.max(1),
+            max_request_bytes: c.max_request_bytes,
+            outsider_request_bytes: c.max_request_bytes.min(64 << 10),
+            outsider_idle: Duration::from_secs(c.mcp_outsider_idle_secs.max(1)),
+            handshake: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Which pool a connection draws on.
+enum Pool {
+    Member(String),
+    Outsider,
+}
+
 /// Serve MCP on `listener` until `shutdown`: one rmcp session per connection, identified by its
-/// peer pid. At most `max_conns` sessions at once.
+/// peer pid, within `limits`.
 pub async fn serve(
     listener: UnixListener,
     fleet: Fleet,
     shutdown: CancellationToken,
-    max_conns: usize,
+    limits: Limits,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(max_conns.max(1)));
+    let members = Arc::new(tokio::sync::Semaphore::new(limits.members));
+    let outsiders = Arc::new(tokio::sync::Semaphore::new(limits.outsiders));
+    let per_member: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
+        Arc::default();
+    let mut backoff = Duration::from_millis(10);
+    let mut logged_accept_error = false;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = shutdown.cancelled() => return,
         };
-        let Ok((stream, _)) = accepted else { continue };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                "MCP connection refused: {max_conns} sessions are open (limits.mailbox)"
-            );
-            continue;
+        let stream = match accepted {
+            Ok((stream, _)) => {
+                backoff = Duration::from_millis(10);
+                logged_accept_error = false;
+                stream
+            }
+            Err(e) => {
+                // Out of file descriptors (EMFILE/ENFILE) or memory: accepting again at once
+                // would spin. Back off (bounded) and say so once per episode.
+                if !logged_accept_error {
+                    tracing::error!(error = %e, "MCP accept failed; backing off until it succeeds (raise LimitNOFILE if this is EMFILE)");
+                    logged_accept_error = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
         };
         let pid = stream
             .peer_cred()
             .ok()
             .and_then(|c| c.pid())
             .map(|p| p as u32);
-        let tools = FleetTools::new(fleet.clone(), pid);
+        let pool = match identity::mcp_caller(&fleet.ctx, pid) {
+            Caller::Member(m) => Pool::Member(m.name.to_string()),
+            _ => Pool::Outsider,
+        };
+        let admitted = match &pool {
+            Pool::Member(name) => {
+                let mut counts = per_member.lock().unwrap_or_else(|p| p.into_inner());
+                let n = counts.entry(name.clone()).or_default();
+                if *n >= limits.per_member {
+                    Err(format!(
+                        "member `{name}` already has {} MCP connections open (the most one member may hold)",
+                        limits.per_member
+                    ))
+                } else {
+                    match members.clone().try_acquire_owned() {
+                        Ok(p) => {
+                            *n += 1;
+                            Ok(p)
+                        }
+                        Err(_) => Err(format!(
+                            "{} MCP connections from members are open (limits.mailbox)",
+                            limits.members
+                        )),
+                    }
+                }
+            }
+            Pool::Outsider => outsiders.clone().try_acquire_owned().map_err(|_| {
+                format!(
+                    "{} MCP connections from processes outside the fleet are open",
+                    limits.outsiders
+                )
+            }),
+        };
+        let permit = match admitted {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(pid = ?pid, "MCP connection refused: {why}");
+                refuse(stream, &why);
+                continue;
+            }
+        };
+        let (max, idle) = match pool {
+            Pool::Member(_) => (limits.max_request_bytes, None),
+            Pool::Outsider => (limits.outsider_request_bytes, Some(limits.outsider_idle)),
+        };
+        let tools = FleetTools::new(fleet.clone(), pid).with_max_request(max);
         let stop = shutdown.clone();
+        let counts = per_member.clone();
+        // An outsider that has not even finished its handshake is idle too.
+        let handshake = idle.map_or(limits.handshake, |i| i.min(limits.handshake));
         tokio::spawn(
             async move {
                 let _permit = permit;
-                match tools.serve(stream).await {
-                    Ok(svc) => {
+                let last_read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let (r, w) = stream.into_split();
+                let r = crate::bounded::Metered::new(r, max, last_read.clone());
+                let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(r, w)
+                    .with_max_line_length(max);
+                let started = tokio::select! {
+                    s = tokio::time::timeout(handshake, tools.serve(transport)) => Some(s),
+                    _ = stop.cancelled() => None,
+                };
+                match started {
+                    Some(Ok(Ok(svc))) => {
                         let ct = svc.cancellation_token();
+                        let idle_out = async {
+                            let Some(idle) = idle else {
+                                return std::future::pending().await;
+                            };
+                            loop {
+                                let last = last_read.load(std::sync::atomic::Ordering::Relaxed);
+                                let quiet = crate::bounded::now_ms().saturating_sub(last);
+                                let left = (idle.as_millis() as u64).saturating_sub(quiet);
+                                if left == 0 {
+                                    return;
+                                }
+                                tokio::time::sleep(Duration::from_millis(left)).await;
+                            }
+                        };
                         tokio::select! {
                             _ = svc.waiting() => {}
                             _ = stop.cancelled() => ct.cancel(),
+                            _ = idle_out => {
+                                tracing::debug!("MCP connection from outside the fleet closed: idle");
+                                ct.cancel();
+                            }
                         }
                     }
-                    Err(e) => tracing::debug!(error = %e, "MCP session ended during start-up"),
+                    Some(Ok(Err(e))) => {
+                        tracing::debug!(error = %e, "MCP session ended during start-up")
+                    }
+                    Some(Err(_)) => tracing::debug!("MCP connection closed: no handshake in time"),
+                    None => {}
+                }
+                if let Pool::Member(name) = pool {
+                    let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(n) = c.get_mut(&name) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            c.remove(&name);
+                        }
+                    }
                 }
             }
             .instrument(tracing::info_span!("mcp", pid = ?pid)),
         );
     }
+}
+
+/// Tell a refused connection why (one JSON-RPC error line, best effort, never blocking), then
+/// close it.
+fn refuse(stream: UnixStream, why: &str) {
+    let line = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32000, "message": format!("connection refused by fleetd: {why}; try again when fewer are open")},
+    });
+    let mut bytes = line.to_string().into_bytes();
+    bytes.push(b'\n');
+    let _ = stream.try_write(&bytes);
 }
 
 // ---- the shim ------------------------------------------------------------------------

@@ -112,8 +112,18 @@ impl IntoResponse for ApiError {
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
 fn body<T>(r: Result<Json<T>, JsonRejection>, what: &str, accepted: &str) -> Result<T, ApiError> {
-    r.map(|Json(v)| v)
-        .map_err(|e| ApiError(FleetError::invalid(what, e.body_text(), accepted)))
+    r.map(|Json(v)| v).map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError(FleetError::new(
+                fleetd_actors::error::ErrorKind::TooLarge,
+                what,
+                "the body is over this daemon's limits.max_request_bytes; it was not read in full",
+                "a smaller body (or a larger limits.max_request_bytes in the config)",
+            ))
+        } else {
+            ApiError(FleetError::invalid(what, e.body_text(), accepted))
+        }
+    })
 }
 
 #[derive(Deserialize)]

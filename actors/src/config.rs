@@ -176,6 +176,10 @@ impl Default for InjectorConfig {
 pub struct Limits {
     pub mailbox: usize,
     pub max_request_bytes: usize,
+    /// MCP connections from processes outside the fleet (kept apart from members').
+    pub mcp_outsiders: usize,
+    /// An MCP connection from outside the fleet that sends nothing this long is closed.
+    pub mcp_outsider_idle_secs: u64,
 }
 
 impl Default for Limits {
@@ -183,6 +187,8 @@ impl Default for Limits {
         Limits {
             mailbox: 1024,
             max_request_bytes: 1024 * 1024,
+            mcp_outsiders: 32,
+            mcp_outsider_idle_secs: 30,
         }
     }
 }
@@ -767,6 +773,11 @@ impl Config {
             ("injector.max_queue", self.injector.max_queue),
             ("limits.mailbox", self.limits.mailbox),
             ("lifecycle.max_members", self.lifecycle.max_members),
+            ("limits.mcp_outsiders", self.limits.mcp_outsiders),
+            (
+                "limits.mcp_outsider_idle_secs",
+                self.limits.mcp_outsider_idle_secs as usize,
+            ),
         ] {
             if v == 0 {
                 problems.push(format!("{field} must be greater than 0"));

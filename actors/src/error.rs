@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Invalid,
     /// The thing named does not exist.
     NotFound,
+    /// The request is over a size limit (refused before it was read in full).
+    TooLarge,
     /// It conflicts with current state (a name in use, a busy slot, an already answered ticket).
     Conflict,
     /// A bounded queue or mailbox is full.
@@ -39,6 +41,7 @@ impl ErrorKind {
             ErrorKind::Forbidden => 403,
             ErrorKind::Invalid => 400,
             ErrorKind::NotFound => 404,
+            ErrorKind::TooLarge => 413,
             ErrorKind::Conflict => 409,
             ErrorKind::Overloaded => 429,
             ErrorKind::Timeout => 504,

@@ -477,9 +477,11 @@ pub fn http(mut s: UnixStream, method: &str, path: &str, body: &str) -> (u16, St
         "{method} {path} HTTP/1.1\r\nhost: fleetd\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    // The server may answer (413) and close before a big body is all written.
+    let _ = s.write_all(req.as_bytes());
+    let mut out = vec![];
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out).into_owned();
     let status = out
         .split_whitespace()
         .nth(1)

@@ -271,3 +271,233 @@ async fn the_kb_is_never_read_through_a_symlink_over_rest() {
     let v: serde_json::Value = d.client.get("/status").await.unwrap();
     assert!(v.is_object());
 }
+
+/// A raw MCP connection (newline-delimited JSON-RPC) to the daemon's `mcp.sock`.
+struct RawMcp {
+    r: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    w: tokio::net::unix::OwnedWriteHalf,
+}
+
+impl RawMcp {
+    async fn connect(d: &D) -> RawMcp {
+        let s = tokio::net::UnixStream::connect(d.state.join("mcp.sock"))
+            .await
+            .unwrap();
+        let (r, w) = s.into_split();
+        RawMcp {
+            r: tokio::io::BufReader::new(r),
+            w,
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        self.w.write_all(bytes).await.unwrap();
+    }
+
+    /// The next line, or `None` at end of stream.
+    async fn line(&mut self) -> Option<serde_json::Value> {
+        use tokio::io::AsyncBufReadExt;
+        let mut l = String::new();
+        let n = tokio::time::timeout(T, self.r.read_line(&mut l))
+            .await
+            .expect("a line in time")
+            .ok()?;
+        (n > 0).then(|| serde_json::from_str(&l).expect("a JSON line"))
+    }
+
+    async fn initialize(&mut self) {
+        self.send(
+            format!(
+                "{}\n",
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}})
+            )
+            .as_bytes(),
+        )
+        .await;
+        let v = self.line().await.expect("initialize answered");
+        assert!(v["result"].is_object(), "{v}");
+        self.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await;
+    }
+}
+
+fn daemon_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_mcp_request_is_answered_with_an_error_and_never_buffered() {
+    let d = D::start().await;
+    let mut c = RawMcp::connect(&d).await;
+    c.initialize().await;
+    // From outside the fleet the limit is 64 KiB: a 200 KiB call is refused, answering its id.
+    let big = json!({"jsonrpc": "2.0", "id": 42, "method": "tools/call",
+        "params": {"name": "fleet_whoami", "arguments": {"pad": "x".repeat(200 << 10)}}});
+    c.send(format!("{big}\n").as_bytes()).await;
+    let v = c.line().await.expect("an answer");
+    assert_eq!(v["id"], 42, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("over") && msg.contains("max_request_bytes"),
+        "{v}"
+    );
+    // The connection still serves.
+    c.send(b"{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"tools/call\",\"params\":{\"name\":\"fleet_whoami\",\"arguments\":{}}}\n")
+        .await;
+    let v = c.line().await.expect("an answer");
+    assert_eq!(v["id"], 43, "{v}");
+    assert!(v["result"].is_object(), "{v}");
+
+    // Many connections sending endless lines: the daemon reads and drops them, its memory
+    // stays bounded (it grew by gigabytes when lines were buffered).
+    let before = daemon_rss_kb(d.pid());
+    let mut tasks = vec![];
+    for _ in 0..8 {
+        let mut c = RawMcp::connect(&d).await;
+        tasks.push(tokio::spawn(async move {
+            let chunk = vec![b'a'; 1 << 20];
+            for _ in 0..16 {
+                use tokio::io::AsyncWriteExt;
+                if c.w.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            c
+        }));
+    }
+    let mut held = vec![];
+    for t in tasks {
+        held.push(t.await.unwrap());
+    }
+    let after = daemon_rss_kb(d.pid());
+    assert!(
+        after < before + 64 * 1024,
+        "the daemon grew from {before} kB to {after} kB reading 8 × 16 MiB partial lines"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outsiders_cannot_hold_the_mcp_socket_against_members() {
+    let mut cfg = test_config();
+    cfg.limits.mcp_outsiders = 4;
+    cfg.limits.mcp_outsider_idle_secs = 1;
+    let d = D::with(cfg).await;
+    d.spawn("w1", "worker", sim(&["--script", "exec", "--work-ms", "0"]))
+        .await;
+    let mut idle = vec![];
+    for _ in 0..4 {
+        idle.push(RawMcp::connect(&d).await);
+    }
+    // The pool for outsiders is full: the next one is told so.
+    let mut fifth = RawMcp::connect(&d).await;
+    let v = fifth.line().await.expect("a refusal line");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("outside the fleet"),
+        "{v}"
+    );
+    assert!(
+        fifth.line().await.is_none(),
+        "the refused connection stays open"
+    );
+    // A member is served all the same.
+    let r = d
+        .calls_as("w1", json!([{"tool": "fleet_whoami", "args": {}}]))
+        .await;
+    assert_eq!(r[0]["is_error"], false, "{}", r[0]);
+    // Idle outsiders are closed (their read ends), and then there is room again.
+    for c in &mut idle {
+        assert!(c.line().await.is_none(), "an idle outsider was kept open");
+    }
+    let mut again = RawMcp::connect(&d).await;
+    again.initialize().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rest_body_over_the_limit_is_413() {
+    let d = D::start().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    let body = json!({"message": "x".repeat(2 << 20)}).to_string();
+    let s = UnixStream::connect(d.state.join("api.sock")).unwrap();
+    let (code, resp) = http(s, "POST", "/members/w1/messages", &body);
+    assert_eq!(code, 413, "{}", &resp[..resp.len().min(400)]);
+    assert!(
+        resp.contains("max_request_bytes"),
+        "{}",
+        &resp[..resp.len().min(400)]
+    );
+}
+
+/// The daemon's CPU time so far (user + system), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command (which is in parentheses and may contain spaces).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_file_descriptors_the_daemon_backs_off_and_recovers() {
+    let d = D::start().await;
+    let pid = d.pid();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let lim = libc::rlimit64 {
+        rlim_cur: open + 8,
+        rlim_max: open + 8,
+    };
+    // SAFETY: setting our own child's descriptor limit.
+    assert_eq!(
+        unsafe { libc::prlimit64(pid as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) },
+        0
+    );
+    // More connections than the daemon has descriptors left: its accept fails with EMFILE.
+    let mut held = vec![];
+    for _ in 0..24 {
+        held.push(
+            tokio::net::UnixStream::connect(d.state.join("mcp.sock"))
+                .await
+                .unwrap(),
+        );
+    }
+    // A measurement window, not synchronisation: over one second out of descriptors, the
+    // daemon must not spin (it used a whole core).
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let t0 = cpu_ticks(pid);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let used = cpu_ticks(pid) - t0;
+    assert!(
+        used * 100 < hz * 30,
+        "the daemon used {used} of {hz} ticks in a second out of descriptors"
+    );
+    assert!(d.log().contains("MCP accept failed"), "{}", d.log());
+    assert_eq!(
+        d.log().matches("MCP accept failed").count(),
+        1,
+        "logged more than once"
+    );
+    // Descriptors back: it serves again.
+    drop(held);
+    let lim = libc::rlimit64 {
+        rlim_cur: 4096,
+        rlim_max: 4096,
+    };
+    // SAFETY: as above.
+    unsafe { libc::prlimit64(pid as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+    let v: serde_json::Value = d.client.get("/status").await.unwrap();
+    assert!(v.is_object());
+    let mut c = RawMcp::connect(&d).await;
+    c.initialize().await;
+}
