@@ -23,6 +23,10 @@ pub const PROTOCOL: u32 = 1;
 const MAX_HELLO: usize = 4096;
 /// How long a hello exchange may take.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an incoming QUIC/TLS handshake may take before it is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// At most this many incoming handshakes under way at once; more are refused at once.
+pub const MAX_HALF_OPEN: usize = 64;
 
 /// Application close codes.
 pub mod close {
@@ -85,6 +89,49 @@ pub struct Endpoint {
     transport: Arc<quinn::TransportConfig>,
     /// The protocol version this endpoint says hello with (PROTOCOL; tests speak others).
     version: u32,
+    /// Incoming links (or refusals), from the acceptor task.
+    accepted: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<Result<Link, LinkError>>>,
+    acceptor: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+/// Take incoming connections: an address that has not been validated gets a stateless Retry
+/// (a spoofed or one-packet client costs nothing), then each handshake runs in its own task,
+/// at most [`MAX_HALF_OPEN`] at once and each within [`HANDSHAKE_TIMEOUT`], so stalled
+/// handshakes never hold up a real peer's.
+async fn accept_loop(
+    ep: quinn::Endpoint,
+    host: String,
+    peers: Arc<Vec<Peer>>,
+    tx: tokio::sync::mpsc::Sender<Result<Link, LinkError>>,
+) {
+    let half_open = Arc::new(tokio::sync::Semaphore::new(MAX_HALF_OPEN));
+    while let Some(incoming) = ep.accept().await {
+        if !incoming.remote_address_validated() && incoming.may_retry() {
+            let _ = incoming.retry();
+            continue;
+        }
+        let from = incoming.remote_address();
+        let Ok(permit) = half_open.clone().try_acquire_owned() else {
+            incoming.refuse();
+            let _ = tx.try_send(Err(LinkError::RefusedIncoming {
+                from,
+                why: format!("{MAX_HALF_OPEN} handshakes are already under way"),
+            }));
+            continue;
+        };
+        let (tx, host, peers) = (tx.clone(), host.clone(), peers.clone());
+        tokio::spawn(async move {
+            let r = welcome(incoming, from, &host, &peers).await;
+            drop(permit);
+            let _ = tx.send(r).await;
+        });
+    }
 }
 
 fn transport(keep_alive: Duration, idle: Duration) -> Arc<quinn::TransportConfig> {
@@ -110,6 +157,8 @@ impl Endpoint {
             .map_err(|e| tls::TlsError::Config(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(transport.clone());
+        // Bound what unauthenticated clients can make the endpoint hold.
+        server.max_incoming(4 * MAX_HALF_OPEN);
         let mut config = quinn::EndpointConfig::new(Arc::new(tls::reset_key(&key)));
         let cid_key = tls::cid_key(&key);
         config.cid_generator(move || {
@@ -129,6 +178,13 @@ impl Endpoint {
                 why: e.to_string(),
             }
         })?;
+        let (tx, rx) = tokio::sync::mpsc::channel(MAX_HALF_OPEN);
+        let acceptor = tokio::spawn(accept_loop(
+            ep.clone(),
+            host.clone(),
+            Arc::new(peers.clone()),
+            tx,
+        ));
         Ok(Endpoint {
             ep,
             key,
@@ -136,6 +192,8 @@ impl Endpoint {
             peers,
             transport,
             version: PROTOCOL,
+            accepted: tokio::sync::Mutex::new(rx),
+            acceptor,
         })
     }
 
@@ -224,102 +282,108 @@ impl Endpoint {
     /// The next incoming link (None once the endpoint is closed). Refusals are errors; the
     /// caller logs them and accepts again.
     pub async fn accept(&self) -> Option<Result<Link, LinkError>> {
-        let incoming = self.ep.accept().await?;
-        let from = incoming.remote_address();
-        Some(self.welcome(incoming, from).await)
-    }
-
-    async fn welcome(
-        &self,
-        incoming: quinn::Incoming,
-        from: SocketAddr,
-    ) -> Result<Link, LinkError> {
-        let refused = |why: String| LinkError::RefusedIncoming { from, why };
-        let conn = incoming.await.map_err(|e| refused(e.to_string()))?;
-        // Which configured peer the TLS key (already pinned by the verifier) belongs to.
-        let key = conn
-            .peer_identity()
-            .and_then(|i| {
-                i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
-                    .ok()
-            })
-            .and_then(|certs| certs.first().and_then(tls::cert_key))
-            .ok_or_else(|| refused("no client certificate".into()))?;
-        let peer = self
-            .peers
-            .iter()
-            .find(|p| p.key == key)
-            .ok_or_else(|| refused("an unknown key".into()))?
-            .clone();
-        let exchange = async {
-            let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
-            let hello = codec::read_frame::<_, Hello>(&mut recv, MAX_HELLO)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| "the stream ended before a hello".to_string())?;
-            let verdict = if hello.version != PROTOCOL {
-                Err((
-                    close::VERSION,
-                    format!(
-                        "link protocol {} is not spoken here: this host speaks {PROTOCOL}",
-                        hello.version
-                    ),
-                ))
-            } else if hello.host != peer.name {
-                Err((
-                    close::REFUSED,
-                    format!(
-                        "the key presented belongs to peer {:?}, which cannot answer as {:?}",
-                        peer.name, hello.host
-                    ),
-                ))
-            } else {
-                Ok(())
-            };
-            let reply = match &verdict {
-                Ok(()) => HelloReply::Welcome {
-                    version: PROTOCOL,
-                    host: self.host.clone(),
-                },
-                Err((_, why)) => HelloReply::Refused { why: why.clone() },
-            };
-            codec::write_frame(&mut send, &reply)
-                .await
-                .map_err(|e| e.to_string())?;
-            let _ = send.finish();
-            Ok::<_, String>(verdict)
-        };
-        match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
-            Ok(Ok(Ok(()))) => {
-                tracing::info!(peer = %peer.name, %from, "link up (accepted)");
-                Ok(Link {
-                    peer: peer.name,
-                    conn,
-                    dialled: false,
-                })
-            }
-            Ok(Ok(Err((code, why)))) => {
-                // Let the refusal reach the dialler before the connection goes.
-                let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
-                conn.close(code.into(), why.as_bytes());
-                tracing::warn!(peer = %peer.name, %from, %why, "link refused");
-                Err(refused(why))
-            }
-            Ok(Err(why)) => {
-                conn.close(close::REFUSED.into(), b"hello failed");
-                Err(refused(format!("the hello failed: {why}")))
-            }
-            Err(_) => {
-                conn.close(close::REFUSED.into(), b"hello timeout");
-                Err(refused(format!("no hello within {HELLO_TIMEOUT:?}")))
-            }
-        }
+        self.accepted.lock().await.recv().await
     }
 
     /// Close every connection and stop accepting.
     pub async fn shutdown(&self) {
         self.ep.close(close::SHUTDOWN.into(), b"shutdown");
         let _ = tokio::time::timeout(Duration::from_secs(2), self.ep.wait_idle()).await;
+    }
+}
+
+/// Run one incoming connection's handshake and hello.
+async fn welcome(
+    incoming: quinn::Incoming,
+    from: SocketAddr,
+    host: &str,
+    peers: &[Peer],
+) -> Result<Link, LinkError> {
+    let refused = |why: String| LinkError::RefusedIncoming { from, why };
+    let conn = match tokio::time::timeout(HANDSHAKE_TIMEOUT, incoming).await {
+        Ok(c) => c.map_err(|e| refused(e.to_string()))?,
+        Err(_) => {
+            return Err(refused(format!(
+                "the handshake did not finish within {HANDSHAKE_TIMEOUT:?}"
+            )));
+        }
+    };
+    // Which configured peer the TLS key (already pinned by the verifier) belongs to.
+    let key = conn
+        .peer_identity()
+        .and_then(|i| {
+            i.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|certs| certs.first().and_then(tls::cert_key))
+        .ok_or_else(|| refused("no client certificate".into()))?;
+    let peer = peers
+        .iter()
+        .find(|p| p.key == key)
+        .ok_or_else(|| refused("an unknown key".into()))?
+        .clone();
+    let exchange = async {
+        let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| e.to_string())?;
+        let hello = codec::read_frame::<_, Hello>(&mut recv, MAX_HELLO)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "the stream ended before a hello".to_string())?;
+        let verdict = if hello.version != PROTOCOL {
+            Err((
+                close::VERSION,
+                format!(
+                    "link protocol {} is not spoken here: this host speaks {PROTOCOL}",
+                    hello.version
+                ),
+            ))
+        } else if hello.host != peer.name {
+            Err((
+                close::REFUSED,
+                format!(
+                    "the key presented belongs to peer {:?}, which cannot answer as {:?}",
+                    peer.name, hello.host
+                ),
+            ))
+        } else {
+            Ok(())
+        };
+        let reply = match &verdict {
+            Ok(()) => HelloReply::Welcome {
+                version: PROTOCOL,
+                host: host.to_string(),
+            },
+            Err((_, why)) => HelloReply::Refused { why: why.clone() },
+        };
+        codec::write_frame(&mut send, &reply)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = send.finish();
+        Ok::<_, String>(verdict)
+    };
+    match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
+        Ok(Ok(Ok(()))) => {
+            tracing::info!(peer = %peer.name, %from, "link up (accepted)");
+            Ok(Link {
+                peer: peer.name,
+                conn,
+                dialled: false,
+            })
+        }
+        Ok(Ok(Err((code, why)))) => {
+            // Let the refusal reach the dialler before the connection goes.
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
+            conn.close(code.into(), why.as_bytes());
+            tracing::warn!(peer = %peer.name, %from, %why, "link refused");
+            Err(refused(why))
+        }
+        Ok(Err(why)) => {
+            conn.close(close::REFUSED.into(), b"hello failed");
+            Err(refused(format!("the hello failed: {why}")))
+        }
+        Err(_) => {
+            conn.close(close::REFUSED.into(), b"hello timeout");
+            Err(refused(format!("no hello within {HELLO_TIMEOUT:?}")))
+        }
     }
 }
 
@@ -364,6 +428,109 @@ mod tests {
         let e = Arc::new(ep(b, b.name, b_peers));
         let addr = e.local_addr().unwrap();
         (e, addr)
+    }
+
+    /// A UDP relay between one client and `server` that passes the client's first `pass`
+    /// datagrams (its Initial, and its Initial again after a Retry) and then drops everything
+    /// it sends: a handshake from a validated address that never completes.
+    /// `answered` gets one message when the server has answered the last datagram passed (its
+    /// handshake is under way).
+    async fn stalling_relay(
+        server: SocketAddr,
+        pass: usize,
+        answered: tokio::sync::mpsc::UnboundedSender<()>,
+    ) -> SocketAddr {
+        let front = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let back = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = front.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut client, mut sent, mut told) = (None, 0usize, false);
+            let (mut a, mut b) = (vec![0u8; 65536], vec![0u8; 65536]);
+            loop {
+                tokio::select! {
+                    r = front.recv_from(&mut a) => {
+                        let Ok((n, from)) = r else { return };
+                        client = Some(from);
+                        if sent < pass {
+                            sent += 1;
+                            let _ = back.send_to(&a[..n], server).await;
+                        }
+                    }
+                    r = back.recv_from(&mut b) => {
+                        let Ok((n, _)) = r else { return };
+                        if sent == pass && !told {
+                            told = true;
+                            let _ = answered.send(());
+                        }
+                        if let Some(c) = client {
+                            let _ = front.send_to(&b[..n], c).await;
+                        }
+                    }
+                }
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn stalled_handshakes_do_not_keep_a_real_peer_out() {
+        let (a, b, x) = (host("a", 1), host("b", 2), host("x", 9));
+        let (eb, baddr) = serve(&b, vec![peer_of(&a, "127.0.0.1:9".parse().unwrap())]);
+        // Ten clients whose handshakes stall after address validation, all started first.
+        let (tx, mut answered) = tokio::sync::mpsc::unbounded_channel();
+        let mut stalled = vec![];
+        for _ in 0..10 {
+            let relay = stalling_relay(baddr, 2, tx.clone()).await;
+            let ex = ep(&x, "x", vec![peer_of(&b, relay)]);
+            let p = ex.peers()[0].clone();
+            stalled.push(tokio::spawn(async move {
+                let r = ex.dial(&p).await;
+                (ex, r)
+            }));
+        }
+        // And one client that only ever sends its first Initial (it never answers the Retry).
+        let (tx1, _ignored) = tokio::sync::mpsc::unbounded_channel();
+        let relay = stalling_relay(baddr, 1, tx1).await;
+        let ey = ep(&x, "x", vec![peer_of(&b, relay)]);
+        let py = ey.peers()[0].clone();
+        let _one_packet = tokio::spawn(async move { ey.dial(&py).await.is_ok() });
+        // The ten handshakes are under way at the server before the real peer dials.
+        for _ in 0..10 {
+            tokio::time::timeout(Duration::from_secs(10), answered.recv())
+                .await
+                .expect("the server answered a stalled client's validated Initial");
+        }
+        let ea = ep(&a, "a", vec![peer_of(&b, baddr)]);
+        let started = std::time::Instant::now();
+        let server = tokio::spawn({
+            let eb = eb.clone();
+            async move {
+                loop {
+                    match eb.accept().await {
+                        Some(Ok(l)) if l.peer == "a" => return l,
+                        Some(_) => continue,
+                        None => panic!("the endpoint closed"),
+                    }
+                }
+            }
+        });
+        let link = ea.dial(&ea.peers()[0].clone()).await.unwrap();
+        assert_eq!(link.peer, "b");
+        let incoming = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the real peer was accepted within 5 s")
+            .unwrap();
+        assert_eq!(incoming.peer, "a");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "linking took {:?}",
+            started.elapsed()
+        );
+        // The stalled ones are dropped by the handshake deadline, not kept.
+        for t in stalled {
+            let (_ex, r) = t.await.unwrap();
+            assert!(r.is_err(), "a stalled handshake linked");
+        }
     }
 
     #[tokio::test]
