@@ -1108,8 +1108,7 @@ impl Fleet {
         if let Err(e) = queued {
             // Never durable yet: this records it, as undeliverable, so it does not dangle.
             desk.cast(DeskMsg::Undeliverable {
-                ticket: ticket.id,
-                why: e.to_string(),
+                tickets: vec![(ticket.id, e.to_string())],
             });
             return Err(e);
         }

@@ -501,3 +501,102 @@ async fn out_of_file_descriptors_the_daemon_backs_off_and_recovers() {
     let mut c = RawMcp::connect(&d).await;
     c.initialize().await;
 }
+
+/// A member whose screen never settles: it never takes a message, so its queue only grows.
+fn never_idle() -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        "while :; do date +%s%N; sleep 0.02; done".into(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() {
+    let mut cfg = test_config();
+    cfg.injector.max_queue = 20_000;
+    let d = D::with(cfg).await;
+    d.client
+        .post::<serde_json::Value>(
+            "/members",
+            &json!({"role": "worker", "name": "busy", "command": never_idle(), "profile": "generic"}),
+        )
+        .await
+        .unwrap();
+    d.spawn("w2", "worker", sim(&[])).await;
+    let n = 10_000usize;
+    let client = std::sync::Arc::new(fleetd::client::Client::new(&d.state));
+    let mut tasks = vec![];
+    for k in 0..16 {
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0u64;
+            for i in (k..n).step_by(16) {
+                let v = c
+                    .post::<serde_json::Value>(
+                        "/members/busy/messages",
+                        &json!({"message": format!("m{i}")}),
+                    )
+                    .await
+                    .unwrap();
+                let id = v["ticket"]["msg"]
+                    .as_str()
+                    .and_then(|m| m.strip_prefix("m-"));
+                last = last.max(id.and_then(|m| m.parse().ok()).expect("a message id"));
+            }
+            last
+        }));
+    }
+    let sending = std::time::Instant::now();
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    let last = format!("m-{last}");
+    eprintln!("queued {n} in {:?}", sending.elapsed());
+    // How long a question to w2 takes when nothing else happens.
+    let t0 = std::time::Instant::now();
+    d.ask("w2", "warm up").await;
+    let baseline = t0.elapsed();
+    let mut ev = d.events().await;
+    // Stop `busy`; while its 10,000 tickets are settled, w2 is asked again.
+    let stop = {
+        let c = client.clone();
+        tokio::spawn(async move { c.delete::<serde_json::Value>("/members/busy").await })
+    };
+    let asked = std::time::Instant::now();
+    let t = d.ask("w2", "still there?").await;
+    let during = asked.elapsed();
+    assert_eq!(t["state"], "replied", "{t}");
+    stop.await.unwrap().unwrap();
+    let stopped = asked.elapsed();
+    eprintln!(
+        "queued {n} (last {last}); w2 answered in {baseline:?} before, {during:?} during the stop; the stop took {stopped:?}"
+    );
+    assert!(
+        during < baseline * 2 + std::time::Duration::from_secs(1),
+        "w2 took {during:?} to answer during the stop, {baseline:?} before it"
+    );
+    // Every queued ticket ends undeliverable, none lost on the way (the desk took them all).
+    ev.until("the last queued message failed", |e| {
+        matches!(&e.kind, fleetd_actors::events::EventKind::Receipt { msg, state, .. }
+            if msg.to_string() == last && format!("{state:?}") == "Failed")
+    })
+    .await;
+    let all: serde_json::Value = d.client.get("/tickets").await.unwrap();
+    let busy: Vec<&serde_json::Value> = all
+        .as_array()
+        .or_else(|| all["tickets"].as_array())
+        .expect("tickets")
+        .iter()
+        .filter(|t| t["to"] == "busy")
+        .collect();
+    assert_eq!(busy.len(), n);
+    let open: Vec<_> = busy.iter().filter(|t| t["state"] == "open").collect();
+    assert!(
+        open.is_empty(),
+        "{} tickets still open, e.g. {}",
+        open.len(),
+        open[0]
+    );
+}

@@ -15,7 +15,10 @@ use crate::slot::actor::SlotMsg;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::Ticket;
-use crate::types::{MemberName, MsgId, Status, Written};
+use crate::types::{MemberName, MsgId, Status, TicketId, Written};
+
+/// Undeliverable tickets go to the desk at most this many per message.
+const UNDELIVERABLE_CHUNK: usize = 256;
 
 pub enum InjectorMsg {
     /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
@@ -185,15 +188,25 @@ impl InjectorActorState {
                 state: t.state,
             });
         }
-        for m in saved {
-            if m.state == ReceiptState::Failed
-                && let (Some(t), Ok(desk)) = (m.ticket, self.ctx.dir.tickets())
-            {
+        let failed: Vec<(TicketId, String)> = saved
+            .iter()
+            .filter(|m| m.state == ReceiptState::Failed)
+            .filter_map(|m| {
+                let why = m.note.clone().unwrap_or_else(|| "undeliverable".into());
+                m.ticket.map(|t| (t, why))
+            })
+            .collect();
+        if !failed.is_empty()
+            && let Ok(desk) = self.ctx.dir.tickets()
+        {
+            // In chunks, so the desk serves other members' requests between them.
+            for chunk in failed.chunks(UNDELIVERABLE_CHUNK) {
                 desk.cast(DeskMsg::Undeliverable {
-                    ticket: t,
-                    why: m.note.clone().unwrap_or_else(|| "undeliverable".into()),
+                    tickets: chunk.to_vec(),
                 });
             }
+        }
+        for m in saved {
             self.ctx.events.emit(EventKind::Receipt {
                 msg: m.id,
                 target: m.target,

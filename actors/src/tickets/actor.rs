@@ -56,9 +56,10 @@ pub enum DeskMsg {
         ticket: TicketId,
         tail: String,
     },
+    /// Tickets whose messages cannot be delivered, each with why (many at once when a member
+    /// with a long queue exits: one commit per message, not one per ticket).
     Undeliverable {
-        ticket: TicketId,
-        why: String,
+        tickets: Vec<(TicketId, String)>,
     },
     Wait {
         ticket: TicketId,
@@ -274,8 +275,11 @@ impl Actor for DeskActor {
                 let fx = st.core.turn_ended(ticket, tail, now);
                 st.perform(fx).await?;
             }
-            DeskMsg::Undeliverable { ticket, why } => {
-                let fx = st.core.undeliverable(ticket, &why, now);
+            DeskMsg::Undeliverable { tickets } => {
+                let mut fx = vec![];
+                for (ticket, why) in tickets {
+                    fx.extend(st.core.undeliverable(ticket, &why, now));
+                }
                 st.perform(fx).await?;
             }
             DeskMsg::Wait {
