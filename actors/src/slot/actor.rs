@@ -417,8 +417,12 @@ impl Actor for SlotActor {
         let mut adopted_pid = None;
         let (input, fwd, exit_reason) = match handle {
             Ok(h) => {
-                if !h.snapshot.is_empty() {
+                if adopted && !h.snapshot.is_empty() {
                     core.restore(&h.snapshot, record.status, record.status_since);
+                } else if !adopted {
+                    // A fresh launch: what it drew before this connection is output like any
+                    // other (its start waits still hold).
+                    let _ = core.output(&h.snapshot, now);
                 }
                 core.host_pastes(&h.pasted);
                 if adopted {

@@ -238,6 +238,8 @@ pub struct SlotCore {
     tools_until: Option<Millis>,
     /// Likewise until its session-start hook has come.
     session_until: Option<Millis>,
+    /// ...and until the screen has been still for the window after that hook.
+    settling: bool,
     last_change: Millis,
     last_contents: String,
     /// The screen changed since it was last classified.
@@ -277,6 +279,7 @@ impl SlotCore {
             pin: None,
             tools_until,
             session_until,
+            settling: false,
             last_change: now,
             last_contents: String::new(),
             dirty: false,
@@ -444,8 +447,7 @@ impl SlotCore {
             Some(p) => p.class,
             None => self.screen,
         };
-        if (self.tools_until.is_some() || self.session_until.is_some()) && c.status == Status::Idle
-        {
+        if self.waits_to_start() && c.status == Status::Idle {
             return Classified {
                 status: Status::Starting,
                 injectable: false,
@@ -465,7 +467,7 @@ impl SlotCore {
 
     /// Whether the member still waits for its tools to be listed or its session to start.
     pub fn waits_to_start(&self) -> bool {
-        self.tools_until.is_some() || self.session_until.is_some()
+        self.tools_until.is_some() || self.session_until.is_some() || self.settling
     }
 
     /// Publish the effective status if it changed.
@@ -629,6 +631,7 @@ impl SlotCore {
         let still = now.saturating_sub(self.last_change);
         if self.dirty && still >= self.profile.stable_ms {
             self.dirty = false;
+            self.settling = false;
             self.screen = classify(&self.profile, &self.last_contents);
         }
         if let Some(pin) = self.pin
@@ -759,9 +762,16 @@ impl SlotCore {
                 })
             }
             Signal::SessionStart => {
+                // The screen decides again. A starting member's wait ends only once the screen
+                // has been still for the window after the hook: a CLI may still be loading
+                // its session when the hook fires (Gemini CLI loads a resumed conversation
+                // right after it, and drops the keys it reads meanwhile).
+                if self.session_until.take().is_some() || self.status == Status::Starting {
+                    self.settling = true;
+                }
                 self.pin = None;
                 self.dirty = true;
-                self.session_until = None;
+                self.last_change = now;
             }
         }
         self.refresh(Cause::Signal, now, &mut fx);
@@ -1177,10 +1187,23 @@ mod tests {
         c.tools_listed(200);
         assert_eq!(c.status(), Status::Starting);
         assert!(c.waits_to_start());
-        assert_eq!(
-            statuses(&c.signal(Signal::SessionStart, 300)),
-            vec![Status::Idle]
-        );
+        // The session started: idle once the screen has been still for the window after it.
+        assert!(statuses(&c.signal(Signal::SessionStart, 300)).is_empty());
+        assert_eq!(c.next_deadline(), Some(400));
+        assert!(statuses(&c.tick(399)).is_empty());
+        assert_eq!(statuses(&c.tick(400)), vec![Status::Idle]);
+        // A CLI that loads its session after the hook (Gemini CLI's resume: the conversation
+        // drawn, the input box gone, keys dropped) and redraws its prompt when done.
+        let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
+        c.output(&frame(&["> "]), 0);
+        c.tools_listed(200);
+        c.signal(Signal::SessionStart, 300);
+        c.output(&frame(&["> earlier turn", "* resuming"]), 350);
+        assert!(statuses(&c.tick(400)).is_empty());
+        assert_eq!(c.status(), Status::Starting);
+        c.output(&frame(&["> earlier turn", "> "]), 600);
+        assert!(statuses(&c.tick(699)).is_empty());
+        assert_eq!(statuses(&c.tick(700)), vec![Status::Idle]);
         // Neither came: the wait ends at its bound.
         let mut c = SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0);
         c.output(&frame(&["> "]), 0);
