@@ -26,7 +26,27 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// A closed stdout (`fleetd list | head`) ends the command quietly: Rust ignores SIGPIPE, so the
+/// next print panics with EPIPE; that one panic exits 0 without a backtrace. Every other panic is
+/// reported as before.
+fn quiet_on_closed_stdout() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result: anyhow::Result<i32> = (|| match cli.cmd {
         Cmd::PtyHost(args) => fleetd::term::run_host(args).map(|_| 0),

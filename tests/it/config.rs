@@ -174,3 +174,24 @@ async fn fleetd_agents_reports_installed_versions_and_whether_they_were_verified
     assert!(table.contains("not installed"), "{table}");
     assert!(table.contains("no (verified: "), "{table}");
 }
+
+/// A closed stdout ends a command quietly (it panicked with a backtrace and exit 101).
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: a fresh pipe; both ends are owned below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The reader is gone before the command writes anything: its first print fails with EPIPE.
+    drop(read);
+    let out = std::process::Command::new(crate::common::bin())
+        .args(["config", "default"])
+        .stdout(std::process::Stdio::from(write))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
