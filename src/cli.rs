@@ -318,6 +318,11 @@ pub enum LedgerCmd {
         /// (catches a history rewritten and re-signed with this host's own key).
         #[arg(long)]
         witness: Vec<PathBuf>,
+        /// Check only the hash chain and structure, knowingly without signatures (without it,
+        /// a verification that could check no signature fails, exit 4).
+        #[arg(long)]
+        no_signatures: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -1319,6 +1324,7 @@ pub fn ledger_verify(
     path: &Path,
     key: Option<&str>,
     witnesses: &[PathBuf],
+    no_signatures: bool,
     json: bool,
 ) -> anyhow::Result<i32> {
     use fleetd_actors::keys;
@@ -1404,6 +1410,13 @@ pub fn ledger_verify(
             }
             if witnessed_bad {
                 return Ok(1);
+            }
+            if !r.signatures_checked && !no_signatures {
+                eprintln!(
+                    "{}: FAILS as a verification: no signature was checked (no --key, and no host.key.pub beside the ledger). Pass --key KEY (the host's public key), or --no-signatures to check only the hash chain",
+                    path.display()
+                );
+                return Ok(4);
             }
             if let Some(line) = r.torn_tail {
                 eprintln!(

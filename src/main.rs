@@ -66,9 +66,10 @@ fn main() -> ExitCode {
                     ref path,
                     ref key,
                     ref witness,
+                    no_signatures,
                     json,
                 },
-        } => fleetd::cli::ledger_verify(path, key.as_deref(), witness, json),
+        } => fleetd::cli::ledger_verify(path, key.as_deref(), witness, no_signatures, json),
         Cmd::Keygen { ref out } => fleetd::cli::keygen(out).map(|_| 0),
         Cmd::Drift {
             cmd:

@@ -547,3 +547,33 @@ fn keygen_writes_a_private_key_and_its_public_half() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("never overwritten"));
 }
+
+/// A verification that could check no signature does not pass unless asked for explicitly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_without_a_key_fails_unless_asked_for() {
+    let d = D::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("ledger.jsonl");
+    std::fs::copy(d.state.join("ledger.jsonl"), &copy).unwrap();
+    let run = |extra: &[&str]| {
+        let o = std::process::Command::new(bin())
+            .args(["ledger", "verify"])
+            .arg(&copy)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&[]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("no signature was checked") && err.contains("--key"),
+        "{err}"
+    );
+    assert_eq!(run(&["--no-signatures"]).0, 0);
+    let key = d.state.join("host.key.pub");
+    assert_eq!(run(&["--key", key.to_str().unwrap()]).0, 0);
+}
