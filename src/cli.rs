@@ -1592,7 +1592,17 @@ pub fn keygen(out: &Path) -> anyhow::Result<()> {
 
 /// `fleetd config check [FILE]`.
 pub fn config_check(file: Option<&Path>) -> anyhow::Result<()> {
-    crate::daemon::load_config(file)?;
+    let c = crate::daemon::load_config(file)?;
+    // With a key file named, a peer that carries this host's own key is caught here too (the
+    // daemon refuses it at start either way).
+    if let Some(kf) = &c.daemon.key_file
+        && let Ok(key) = fleetd_actors::keys::load(Path::new(kf))
+        && let Some(name) = crate::daemon::own_key_as_peer(&c, &key.verifying_key())
+    {
+        anyhow::bail!(
+            "peers.{name}.public_key is this host's own key ({kf}): a host cannot be its own peer. Put {name}'s key there"
+        );
+    }
     say!(
         "{}: ok",
         file.map(|f| f.display().to_string())

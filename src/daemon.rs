@@ -105,6 +105,12 @@ async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::acto
         .parse()
         .with_context(|| format!("link.listen {listen}"))?;
     let mut peers = vec![];
+    let own = ctx.host_key.verifying_key();
+    if let Some(name) = own_key_as_peer(&c, &own) {
+        anyhow::bail!(
+            "peers.{name}.public_key is this host's own key: a host cannot be its own peer. Put {name}'s key there (`cat host.key.pub` on {name})"
+        );
+    }
     for (name, p) in &c.peers {
         peers.push(Peer {
             name: name.clone(),
@@ -129,6 +135,17 @@ async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::acto
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Some(links))
+}
+
+/// The name of a configured peer whose key is `own` (this host's), if any.
+pub fn own_key_as_peer(
+    c: &fleetd_actors::config::Config,
+    own: &ed25519_dalek::VerifyingKey,
+) -> Option<String> {
+    c.peers
+        .keys()
+        .find(|name| c.peer_key(name).as_ref() == Some(own))
+        .cloned()
 }
 
 /// Start the post office (lead-to-lead mail) under the root supervisor.

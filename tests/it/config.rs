@@ -195,3 +195,56 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A peer that carries this host's own key is refused by `config check` (with a key file named)
+/// and by the daemon at start.
+#[test]
+fn a_peer_with_the_hosts_own_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("host.key");
+    let out = std::process::Command::new(bin())
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let public = std::fs::read_to_string(dir.path().join("host.key.pub")).unwrap();
+    let mut c = test_config();
+    c.daemon.key_file = Some(key.display().to_string());
+    c.link.listen = Some("127.0.0.1:0".into());
+    c.peers.insert(
+        "twin".into(),
+        fleetd_actors::config::PeerConfig {
+            addr: "127.0.0.1:9".into(),
+            public_key: public.trim().to_string(),
+        },
+    );
+    let cfg = dir.path().join("fleetd.toml");
+    std::fs::write(&cfg, toml::to_string(&c).unwrap()).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["config", "check"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("peers.twin.public_key is this host's own key"),
+        "{err}"
+    );
+    let out = std::process::Command::new(bin())
+        .args(["serve", "--state-dir"])
+        .arg(dir.path().join("s"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot be its own peer"), "{err}");
+}
