@@ -1983,6 +1983,12 @@ impl Fleet {
             Duration::from_millis(grace + 5_000),
         )
         .await?;
+        // The slot told the injector of the exit before it answered. A call queued behind that
+        // returns once the injector has failed every queued message and handed their tickets
+        // to the desk (or has stopped), so when a stop returns, a listing shows them settled.
+        if let Some(i) = self.ctx.dir.injector(&name) {
+            let _ = i.call(|reply| InjectorMsg::Queue { reply }, CALL).await;
+        }
         let rec = self
             .member(&name)
             .await?

@@ -552,13 +552,11 @@ async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() 
     for t in tasks {
         last = last.max(t.await.unwrap());
     }
-    let last = format!("m-{last}");
     eprintln!("queued {n} in {:?}", sending.elapsed());
     // How long a question to w2 takes when nothing else happens.
     let t0 = std::time::Instant::now();
     d.ask("w2", "warm up").await;
     let baseline = t0.elapsed();
-    let mut ev = d.events().await;
     // Stop `busy`; while its 10,000 tickets are settled, w2 is asked again.
     let stop = {
         let c = client.clone();
@@ -571,18 +569,15 @@ async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() 
     stop.await.unwrap().unwrap();
     let stopped = asked.elapsed();
     eprintln!(
-        "queued {n} (last {last}); w2 answered in {baseline:?} before, {during:?} during the stop; the stop took {stopped:?}"
+        "queued {n} (last m-{last}); w2 answered in {baseline:?} before, {during:?} during the stop; the stop took {stopped:?}"
     );
     assert!(
         during < baseline * 2 + std::time::Duration::from_secs(1),
         "w2 took {during:?} to answer during the stop, {baseline:?} before it"
     );
-    // Every queued ticket ends undeliverable, none lost on the way (the desk took them all).
-    ev.until("the last queued message failed", |e| {
-        matches!(&e.kind, fleetd_actors::events::EventKind::Receipt { msg, state, .. }
-            if msg.to_string() == last && format!("{state:?}") == "Failed")
-    })
-    .await;
+    // When the stop has returned, every queued ticket is undeliverable, none lost on the way
+    // (the desk took them all). Not waited for on the event stream: 20,000 events in a few
+    // hundred ms overrun a reader's share of the ring, which then says `lagged`.
     let all: serde_json::Value = d.client.get("/tickets").await.unwrap();
     let busy: Vec<&serde_json::Value> = all
         .as_array()
@@ -592,11 +587,71 @@ async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() 
         .filter(|t| t["to"] == "busy")
         .collect();
     assert_eq!(busy.len(), n);
-    let open: Vec<_> = busy.iter().filter(|t| t["state"] == "open").collect();
+    let unsettled: Vec<_> = busy
+        .iter()
+        .filter(|t| t["state"] != "undeliverable")
+        .collect();
     assert!(
-        open.is_empty(),
-        "{} tickets still open, e.g. {}",
-        open.len(),
-        open[0]
+        unsettled.is_empty(),
+        "{} tickets not undeliverable after the stop, e.g. {}",
+        unsettled.len(),
+        unsettled[0]
+    );
+}
+
+/// When `fleetd stop` returns, the member's queued messages are already failed and their
+/// tickets undeliverable: a listing right after it shows none open.
+#[tokio::test(flavor = "multi_thread")]
+async fn when_a_stop_returns_its_queued_tickets_are_settled() {
+    let mut cfg = test_config();
+    cfg.injector.max_queue = 2_000;
+    let d = D::with(cfg).await;
+    d.client
+        .post::<serde_json::Value>(
+            "/members",
+            &json!({"role": "worker", "name": "busy", "command": never_idle(), "profile": "generic"}),
+        )
+        .await
+        .unwrap();
+    let n = 1_000usize;
+    let client = std::sync::Arc::new(fleetd::client::Client::new(&d.state));
+    let mut tasks = vec![];
+    for k in 0..8 {
+        let c = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (k..n).step_by(8) {
+                c.post::<serde_json::Value>(
+                    "/members/busy/messages",
+                    &json!({"message": format!("m{i}")}),
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    d.client
+        .delete::<serde_json::Value>("/members/busy")
+        .await
+        .unwrap();
+    let all: serde_json::Value = d.client.get("/tickets").await.unwrap();
+    let tickets = all
+        .as_array()
+        .or_else(|| all["tickets"].as_array())
+        .expect("tickets");
+    let by_state = tickets.iter().fold(
+        std::collections::BTreeMap::<String, usize>::new(),
+        |mut m, t| {
+            *m.entry(t["state"].as_str().unwrap_or("?").to_string())
+                .or_default() += 1;
+            m
+        },
+    );
+    assert_eq!(
+        by_state.get("undeliverable"),
+        Some(&n),
+        "tickets by state right after the stop: {by_state:?}"
     );
 }

@@ -1,0 +1,1324 @@
+//! `fleetd bench`: latency of the fleet's two hot paths, each beside a baseline measured in the
+//! same run on the same machine (this machine is shared and noisy: compare ratios, not
+//! absolutes).
+//!
+//! - MCP tool round trip through the shim (`fleetd mcp` on stdio -> daemon -> back), against a
+//!   bare rmcp echo server through the same stdio path (`fleetd echo-server`).
+//! - `fleet_send` -> the message visible in the target's PTY (REST send -> ticket -> durable
+//!   queue -> injector -> PTY host -> the agent echoes it -> back through the slot), against a
+//!   raw PTY echo (`cat` in a portable-pty).
+//!
+//! Owns measurement only.
+
+use std::io::{Read, Write};
+
+use futures::{StreamExt, TryStreamExt};
+use std::time::{Duration, Instant};
+
+use fleetd_actors::events::EventKind;
+use fleetd_actors::types::{Caller, Status};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolRequestParams, ServerCapabilities, ServerConfig};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::daemon::Daemon;
+
+mod load;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends),
+    /// `drift` (a puller pass over many peers with signed anchors), `link` (a request over a
+    /// peer link against a raw quinn echo), `mail` (lead-to-lead mail between two daemons
+    /// against a raw quinn echo and redb commits) or `anchors` (one anchor pull of `--peers`
+    /// remote identities against a raw echo of the same bytes and bare signature checks) or
+    /// `load` (a daemon with `--members` members, `--sse` event readers and `--queued` waiting
+    /// messages: its memory, CPU and `status` latency at each stage).
+    #[arg(value_enum, default_value_t = Which::Fleet)]
+    pub which: Which,
+    /// Samples per measurement.
+    #[arg(long, default_value_t = 500)]
+    pub iterations: usize,
+    /// Ledger: seconds per writer count.
+    #[arg(long, default_value_t = 3)]
+    pub seconds: u64,
+    /// Drift: peers in the KB (each with a signed anchor and one signed observation of the next).
+    #[arg(long, default_value_t = 1000)]
+    pub peers: usize,
+    /// Samples for the send -> PTY path (each waits for the agent to be idle again).
+    #[arg(long, default_value_t = 200)]
+    pub send_iterations: usize,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub load: load::LoadArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Fleet,
+    Ledger,
+    Drift,
+    Link,
+    Mail,
+    Anchors,
+    Load,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct EchoArgs {
+    pub text: String,
+}
+
+/// The baseline: a bare rmcp server with one tool.
+#[derive(Clone)]
+pub struct Echo {
+    tool_router: ToolRouter<Echo>,
+}
+
+#[tool_router]
+impl Echo {
+    pub fn new() -> Self {
+        Echo {
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(description = "Echo the text back.")]
+    async fn echo(&self, Parameters(a): Parameters<EchoArgs>) -> String {
+        a.text
+    }
+}
+
+impl Default for Echo {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Echo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+}
+
+pub async fn run_echo_server() -> anyhow::Result<()> {
+    let svc = Echo::new().serve(rmcp::transport::stdio()).await?;
+    svc.waiting().await?;
+    Ok(())
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Stats {
+    pub name: String,
+    pub n: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub mean_us: f64,
+    pub per_sec: f64,
+}
+
+/// Print `rows` as a table of p50 and p99 (µs), the names padded to the longest.
+fn print_p50_p99<'a>(rows: impl IntoIterator<Item = &'a Stats>) {
+    let rows: Vec<&Stats> = rows.into_iter().collect();
+    let w = rows.iter().map(|s| s.name.len()).max().unwrap_or(0).max(11);
+    println!(
+        "{:<w$} {:>7} {:>10} {:>10}",
+        "measurement", "n", "p50 µs", "p99 µs"
+    );
+    for s in rows {
+        println!(
+            "{:<w$} {:>7} {:>10.1} {:>10.1}",
+            s.name, s.n, s.p50_us, s.p99_us
+        );
+    }
+}
+
+fn stats(name: &str, mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let n = v.len().max(1);
+    let p = |q: f64| us(v[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]);
+    let mean = v.iter().map(|d| us(*d)).sum::<f64>() / n as f64;
+    Stats {
+        name: name.into(),
+        n: v.len(),
+        p50_us: p(0.50),
+        p99_us: p(0.99),
+        mean_us: mean,
+        per_sec: 1e6 / mean,
+    }
+}
+
+async fn mcp_client(
+    args: &[&str],
+    env: &[(&str, String)],
+) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let (t, _) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    Ok(().serve(t).await?)
+}
+
+async fn time_calls(
+    svc: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &str,
+    args: Value,
+    n: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut p = CallToolRequestParams::new(tool.to_string());
+    if let Value::Object(m) = args {
+        p = p.with_arguments(m);
+    }
+    for _ in 0..20 {
+        svc.call_tool(p.clone()).await?;
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        svc.call_tool(p.clone()).await?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
+/// A raw PTY round trip: write a line to `cat` in a PTY and wait for its echo.
+fn pty_baseline(n: usize) -> anyhow::Result<Vec<Duration>> {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut child = pair
+        .slave
+        .spawn_command(CommandBuilder::new("cat"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(pair.slave);
+    let mut r = pair
+        .master
+        .try_clone_reader()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut w = pair
+        .master
+        .take_writer()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = Vec::with_capacity(n);
+    let mut buf = [0u8; 4096];
+    for i in 0..n + 20 {
+        let marker = format!("m{i}x\r");
+        let t = Instant::now();
+        w.write_all(marker.as_bytes())?;
+        w.flush()?;
+        let mut seen = Vec::new();
+        let want = format!("m{i}x");
+        while !String::from_utf8_lossy(&seen).contains(&want) {
+            let k = r.read(&mut buf)?;
+            anyhow::ensure!(k > 0, "cat closed");
+            seen.extend_from_slice(&buf[..k]);
+        }
+        if i >= 20 {
+            out.push(t.elapsed());
+        }
+    }
+    let _ = child.kill();
+    Ok(out)
+}
+
+/// Wait (bounded) until `member` reports idle, or (with `ticket`) until that ticket's turn has
+/// been wrapped up (the sink never replies, so its tickets end with the transcript tail), so the
+/// next sample does not share the disk with the last one's bookkeeping.
+async fn wait_idle(
+    ev: &mut tokio::sync::broadcast::Receiver<fleetd_actors::events::Event>,
+    member: &str,
+    ticket: Option<&str>,
+) -> Result<(), tokio::time::error::Elapsed> {
+    let fut = async {
+        loop {
+            match ev.recv().await {
+                Ok(e) => match (&e.kind, ticket) {
+                    (
+                        EventKind::Status {
+                            member: m,
+                            to: Status::Idle,
+                            ..
+                        },
+                        None,
+                    ) if m.as_str() == member => return,
+                    (
+                        EventKind::Ticket {
+                            ticket: t, state, ..
+                        },
+                        Some(want),
+                    ) if t.to_string() == want
+                        && *state != fleetd_actors::tickets::state::TicketState::Open =>
+                    {
+                        return;
+                    }
+                    _ => {}
+                },
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => return,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut).await
+}
+
+/// The floor under a durable send: a raw 200-byte append + fdatasync, and the send's own redb
+/// commit (a ticket and its message, queued then delivered) through the daemon's store code, on the
+/// same disk.
+fn durability_baselines(
+    dir: &std::path::Path,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    use fleetd_actors::injector::state::{Message, ReceiptState};
+    use fleetd_actors::store::{Batch, Store};
+    use fleetd_actors::tickets::state::{Desk, TicketKind};
+    use fleetd_actors::types::{MemberName, MsgId, Party, TicketId};
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync.bin"))?;
+    let mut raw = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f.write_all(&[b'x'; 200])?;
+        f.sync_data()?;
+        raw.push(t.elapsed());
+    }
+    let store = Store::open(&dir.join("bench.redb"))?;
+    let mut desk = Desk::new(vec![], 1, usize::MAX);
+    let mut commits = Vec::with_capacity(n);
+    for i in 0..n {
+        let (ticket, _) = desk.open(
+            TicketKind::Send,
+            Party::Operator,
+            MemberName::new("sink")?,
+            Some(MsgId(i as u64 + 1)),
+            "x",
+            600_000,
+            0,
+            None,
+            None,
+        );
+        let m = Message {
+            id: MsgId(i as u64 + 1),
+            target: MemberName::new("sink")?,
+            from: Party::Operator,
+            ticket: Some(TicketId(ticket.id.0)),
+            body: "x".repeat(200),
+            state: ReceiptState::Queued,
+            queued_at: 0,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+            altered: None,
+        };
+        let t = Instant::now();
+        let mut delivered = m.clone();
+        delivered.state = ReceiptState::Delivered;
+        let next = Some(ticket.id.0 + 1);
+        store.commit(&Batch {
+            messages: vec![m, delivered],
+            tickets: vec![ticket],
+            next_ticket: next,
+            ..Default::default()
+        })?;
+        commits.push(t.elapsed());
+    }
+    Ok((raw, commits))
+}
+
+/// Returns (send -> visible in the PTY, send -> REST answer, a bare REST round trip).
+async fn send_to_pty(
+    daemon: &Daemon,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<Duration>)> {
+    let fleet = &daemon.fleet;
+    let client = Client::new(&daemon.layout.state_dir);
+    let exe = std::env::current_exe()?.display().to_string();
+    let (_, mut ev) = fleet.ctx.events.subscribe(u64::MAX);
+    let _: Value = client
+        .post("/members", &json!({"role": "worker", "name": "sink", "profile": "sim", "command": [exe, "sim-agent", "--script", "sink"]}))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    wait_idle(&mut ev, "sink", None)
+        .await
+        .map_err(|_| anyhow::anyhow!("the sink agent never became idle"))?;
+    let (_, mut screen) = fleet.attach(&Caller::Operator, "sink").await?;
+    let mut rest = Vec::with_capacity(n);
+    for i in 0..n + 10 {
+        let t = Instant::now();
+        let _: Value = client
+            .get("/whoami")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if i >= 10 {
+            rest.push(t.elapsed());
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut phases = Vec::with_capacity(n);
+    for i in 0..n + 10 {
+        while screen.try_recv().is_ok() {}
+        let t = Instant::now();
+        let v: Value = client
+            .post(
+                "/members/sink/messages",
+                &json!({"message": format!("bench {i}")}),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let acked = t.elapsed();
+        let ticket = v["ticket"]["id"].as_str().unwrap_or("").to_string();
+        let needle = format!("ticket {ticket} ");
+        let mut seen = String::new();
+        let found = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Ok(b) = screen.recv().await {
+                seen.push_str(&String::from_utf8_lossy(&b));
+                if seen.contains(&needle) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        anyhow::ensure!(
+            matches!(found, Ok(true)),
+            "message {ticket} never showed in the PTY"
+        );
+        if i >= 10 {
+            out.push(t.elapsed());
+            phases.push(acked);
+        }
+        wait_idle(&mut ev, "sink", Some(&ticket))
+            .await
+            .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
+    }
+    let _ = fleet.stop(&Caller::Operator, "sink", false).await;
+    Ok((out, phases, rest))
+}
+
+/// Ledger appends per second with `writers` concurrent appenders, for `secs` seconds, through the
+/// real writer actor (group commit, fdatasync before each answer).
+async fn ledger_rate(daemon: &Daemon, writers: usize, secs: u64) -> anyhow::Result<(f64, u64)> {
+    use fleetd_actors::decision::state::DecisionEvent;
+    use fleetd_actors::ledger::state::Author;
+    use fleetd_actors::types::DecisionId;
+    let ctx = daemon.fleet.ctx.clone();
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let mut tasks = vec![];
+    for w in 0..writers {
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < stop {
+                let author = Author {
+                    member: format!("arch-{w}"),
+                    role: "architect".into(),
+                    slot: Some("opus".into()),
+                };
+                let ev = DecisionEvent::Position {
+                    decision: DecisionId(1),
+                    slot: "opus".into(),
+                    round: 1,
+                    content: "x".repeat(120),
+                };
+                fleetd_actors::decision::actor::append(&ctx, author, ev)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok((total as f64 / t0.elapsed().as_secs_f64(), total))
+}
+
+/// Raw 200-byte appends with fdatasync after each, per second (the machine's floor).
+fn fsync_rate(dir: &std::path::Path, secs: u64) -> anyhow::Result<f64> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync-rate.bin"))?;
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < stop {
+        f.write_all(&[b'x'; 200])?;
+        f.sync_data()?;
+        n += 1;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
+    let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
+    let fsync_before = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
+    let mut rows = vec![];
+    for w in [1usize, 8, 64] {
+        let (rate, n) = ledger_rate(&daemon, w, args.seconds).await?;
+        rows.push((w, rate, n));
+    }
+    let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
+    let fsync_after = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
+    let fsync = (fsync_before + fsync_after) / 2.0;
+    let entries = daemon.fleet.ctx.decision_views().len();
+    let code = daemon.shutdown().await;
+    anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
+    let _ = entries;
+    // The file the writer produced must verify.
+    let text = std::fs::read_to_string(dir.path().join("ledger.jsonl"))?;
+    let key = std::fs::read_to_string(dir.path().join("host.key.pub"))?;
+    let vk = fleetd_actors::keys::parse_public(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = fleetd_actors::ledger::state::verify(&text, Some(&vk))
+        .map_err(|b| anyhow::anyhow!("the benchmark's ledger does not verify: {b}"))?;
+    if args.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(w, r, n)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries})
+            )?
+        );
+    } else {
+        println!(
+            "raw 200 B append + fdatasync: {fsync:.0}/s (before {fsync_before:.0}/s, after {fsync_after:.0}/s)"
+        );
+        println!(
+            "{:>8} {:>14} {:>10} {:>14}",
+            "writers", "appends/s", "appends", "x fsync rate"
+        );
+        for (w, r, n) in &rows {
+            println!("{w:>8} {r:>14.0} {n:>10} {:>13.1}x", r / fsync);
+        }
+        println!(
+            "the ledger ({} entries, {} checkpoints) verifies with the host key",
+            report.entries, report.checkpoints
+        );
+    }
+    Ok(())
+}
+
+/// A KB of `n` peers: each logs a signed clean anchor about itself and a signed observation of
+/// the next peer (so every peer has two reporters), all dated within the last hour.
+fn drift_kb(kb: &std::path::Path, key: &ed25519_dalek::SigningKey, n: usize) -> anyhow::Result<()> {
+    use fleetd_actors::drift::{kb, line};
+    let now = fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock);
+    let roles = ["researcher", "code reviewer", "tester", "technical writer"];
+    for i in 0..n {
+        let (me, next) = (format!("p{i:05}"), format!("p{:05}", (i + 1) % n));
+        let ts = now - 3_600_000 + (i as u64 % 3_000_000);
+        let date = kb::date_of(ts);
+        for (subject, role) in [(None, roles[i % 4]), (Some(next), roles[(i + 1) % 4])] {
+            let l = line::sign(
+                &line::NewLine {
+                    ts_ms: ts,
+                    tick: 1 + subject.is_some() as u64,
+                    kind: Some(line::Kind::Fencepost),
+                    baseline: Some(role.to_string()),
+                    subject,
+                    ..Default::default()
+                },
+                key,
+            );
+            kb::append_unsynced(kb, &me, &date, &l)?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
+    use fleetd_actors::drift::{gates, line};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state)?;
+    let key = fleetd_actors::keys::generate();
+    fleetd_actors::keys::save(&state.join("host.key"), &key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let kb_dir = state.join("kb");
+    drift_kb(&kb_dir, &key, args.peers)?;
+    let trusted = [key.verifying_key()];
+    let config = fleetd_actors::config::Config::default();
+    let reps = args.iterations.clamp(3, 50);
+
+    // The core, in process: read the KB, parse + batch-verify, run the gates for every peer.
+    let (mut read_t, mut index_t, mut gates_t, mut total_t) = (vec![], vec![], vec![], vec![]);
+    let mut sigs = 0usize;
+    let mut msgs: Vec<(
+        Vec<u8>,
+        ed25519_dalek::Signature,
+        ed25519_dalek::VerifyingKey,
+    )> = vec![];
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let snap = fleetd_actors::drift::kb::read(&kb_dir)?;
+        let t1 = Instant::now();
+        let ix = gates::index(&snap, &trusted);
+        let t2 = Instant::now();
+        let p = gates::Params::from_config(
+            &config.drift,
+            fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
+        );
+        let reports = gates::evaluate_all(&ix, Some("p00000"), &p);
+        let t3 = Instant::now();
+        anyhow::ensure!(
+            reports.len() == args.peers - 1
+                && reports
+                    .iter()
+                    .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
+            "the benchmark KB did not evaluate as expected"
+        );
+        sigs = ix
+            .owners
+            .values()
+            .map(|o| o.files.values().map(|v| v.len()).sum::<usize>())
+            .sum();
+        read_t.push(t1 - t0);
+        index_t.push(t2 - t1);
+        gates_t.push(t3 - t2);
+        total_t.push(t3 - t0);
+        if msgs.is_empty() {
+            for logs in snap.identities.values() {
+                if let gates::Logs::Present(files) = logs {
+                    for f in files {
+                        for l in f.text.lines().skip(1) {
+                            let p = line::parse(l, &trusted).map_err(|e| anyhow::anyhow!(e))?;
+                            msgs.push((p.message, p.sig, p.key));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The baselines, same run, same signatures: ed25519 verification one by one (strict, as
+    // a lone `check` does) and as one batch (as a pass does).
+    let mut single_t = vec![];
+    let mut batch_t = vec![];
+    for _ in 0..reps {
+        let t = Instant::now();
+        for (m, s, k) in &msgs {
+            k.verify_strict(m, s)?;
+        }
+        single_t.push(t.elapsed());
+        let t = Instant::now();
+        let ms: Vec<&[u8]> = msgs.iter().map(|(m, _, _)| m.as_slice()).collect();
+        let ss: Vec<_> = msgs.iter().map(|(_, s, _)| *s).collect();
+        let ks: Vec<_> = msgs.iter().map(|(_, _, k)| *k).collect();
+        ed25519_dalek::verify_batch(&ms, &ss, &ks)?;
+        batch_t.push(t.elapsed());
+    }
+
+    // The daemon: the scheduler and one supervised puller per peer, a pass per heartbeat.
+    let mut cfg = fleetd_actors::config::Config::default();
+    cfg.drift.heartbeat_secs = 1;
+    let cfg_path = dir.path().join("fleetd.toml");
+    std::fs::write(&cfg_path, toml::to_string(&cfg)?)?;
+    let daemon = Daemon::start(&state, Some(cfg_path), std::env::current_exe()?).await?;
+    let (_, mut rx) = daemon.fleet.ctx.events.subscribe(u64::MAX);
+    let mut passes = vec![];
+    let want = 1 + reps.min(8);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while passes.len() < want && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            Ok(Ok(e)) => {
+                if let EventKind::DriftPass {
+                    peers,
+                    late,
+                    took_us,
+                    untrusted,
+                    ..
+                } = e.kind
+                {
+                    anyhow::ensure!(
+                        peers == args.peers && untrusted == 0,
+                        "a daemon pass saw {peers} peers, {untrusted} untrusted"
+                    );
+                    passes.push((Duration::from_micros(took_us), late));
+                }
+            }
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+            _ => break,
+        }
+    }
+    let code = daemon.shutdown().await;
+    anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
+    anyhow::ensure!(
+        passes.len() == want,
+        "the daemon completed {} passes",
+        passes.len()
+    );
+    let first = passes[0];
+    let steady: Vec<Duration> = passes[1..].iter().map(|p| p.0).collect();
+    let late: usize = passes.iter().map(|p| p.1).sum();
+
+    let n = sigs as f64;
+    let total = stats("core pass: read + verify + gates", total_t);
+    let read = stats("  read 1 file per peer", read_t);
+    let index = stats("  parse + batch verify", index_t);
+    let gates_s = stats("  gates G1-G4 for every peer", gates_t);
+    let single = stats("ed25519 verify_strict, one by one", single_t);
+    let batch = stats("ed25519 verify_batch", batch_t);
+    let daemon_s = stats("daemon pass (scheduler + pullers)", steady);
+    let rate = |s: &Stats| n / (s.p50_us / 1e6);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "peers": args.peers, "signatures": sigs,
+                "core_pass": total, "read": read, "index": index, "gates": gates_s,
+                "verify_single": single, "verify_batch": batch,
+                "daemon_pass": daemon_s, "daemon_first_pass_us": first.0.as_micros() as u64, "late": late,
+                "sigs_per_sec": {"core_pass": rate(&total), "daemon_pass": rate(&daemon_s), "verify_single": rate(&single), "verify_batch": rate(&batch)},
+            }))?
+        );
+    } else {
+        println!(
+            "{} peers, {sigs} signed lines ({} per pass)",
+            args.peers, sigs
+        );
+        println!(
+            "{:<38} {:>5} {:>10} {:>10} {:>14}",
+            "measurement", "n", "p50 ms", "p99 ms", "signatures/s"
+        );
+        for s in [&single, &batch, &total, &read, &index, &gates_s, &daemon_s] {
+            println!(
+                "{:<38} {:>5} {:>10.2} {:>10.2} {:>14.0}",
+                s.name,
+                s.n,
+                s.p50_us / 1e3,
+                s.p99_us / 1e3,
+                rate(s)
+            );
+        }
+        println!(
+            "{:<38} {:>5} {:>10.2}   (starts {} pullers under the supervisor)",
+            "  daemon's first pass",
+            1,
+            first.0.as_secs_f64() * 1e3,
+            args.peers
+        );
+        println!(
+            "  -> core pass / one-by-one verify: {:.2}x the time; daemon pass / core pass: {:.2}x; late pullers: {late}",
+            total.p50_us / single.p50_us,
+            daemon_s.p50_us / total.p50_us
+        );
+    }
+    Ok(())
+}
+
+/// One round trip on a raw echo: `payload` out on a new bi stream, the echo back (at most
+/// `limit` bytes).
+async fn echo_once(
+    conn: &quinn::Connection,
+    payload: &[u8],
+    limit: usize,
+) -> anyhow::Result<Vec<u8>> {
+    let (mut send, mut recv) = conn.open_bi().await?;
+    send.write_all(payload).await?;
+    send.finish()?;
+    Ok(recv.read_to_end(limit).await?)
+}
+
+/// A raw quinn echo: one bi stream per request, the bytes back (the baseline for a link request).
+async fn raw_echo(conn: quinn::Connection) {
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        tokio::spawn(async move {
+            if let Ok(b) = recv.read_to_end(1 << 20).await {
+                let _ = send.write_all(&b).await;
+                let _ = send.finish();
+            }
+        });
+    }
+}
+
+/// Two endpoints on loopback that know each other: `b` (the answering side, keyed `kb`; shared
+/// so a task can accept on it) and `a` (the dialling side, keyed `ka`).
+fn endpoint_pair(
+    ka: &ed25519_dalek::SigningKey,
+    kb: &ed25519_dalek::SigningKey,
+) -> anyhow::Result<(
+    std::sync::Arc<crate::link::endpoint::Endpoint>,
+    crate::link::endpoint::Endpoint,
+)> {
+    use crate::link::endpoint::{Endpoint, Peer};
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse()?;
+    let (k, d) = (Duration::from_secs(5), Duration::from_secs(30));
+    let peer = |name: &str, addr, key: &ed25519_dalek::SigningKey| Peer {
+        name: name.into(),
+        addr,
+        key: key.verifying_key(),
+    };
+    let eb = std::sync::Arc::new(Endpoint::bind(
+        any,
+        kb.clone(),
+        "b".into(),
+        vec![peer("a", any, ka)],
+        k,
+        d,
+    )?);
+    let ea = Endpoint::bind(
+        any,
+        ka.clone(),
+        "a".into(),
+        vec![peer("b", eb.local_addr()?, kb)],
+        k,
+        d,
+    )?;
+    Ok((eb, ea))
+}
+
+async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::link::wire::{self, Request, Response};
+    let (ka, kb) = (
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    );
+    let (eb, ea) = endpoint_pair(&ka, &kb)?;
+    // Two links: one served by fleetd's request loop, one by a bare quinn echo.
+    let e2 = eb.clone();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            tokio::spawn(wire::serve(
+                l.peer,
+                l.conn,
+                std::sync::Arc::new(wire::Basic),
+            ));
+        }
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let p = ea.peers()[0].clone();
+    let ours = ea.dial(&p).await?;
+    let raw = ea.dial(&p).await?;
+    let payload = vec![7u8; 200];
+    let n = args.iterations;
+    let mut ours_t = vec![];
+    let mut raw_t = vec![];
+    for i in 0..n * 2 {
+        // Interleave, so drift in the machine's load hits both alike.
+        if i % 2 == 0 {
+            let t = Instant::now();
+            let r = wire::request(
+                "b",
+                &ours.conn,
+                &Request::Ping {
+                    payload: payload.clone(),
+                },
+            )
+            .await?;
+            anyhow::ensure!(matches!(r, Response::Pong { .. }), "unexpected {r:?}");
+            ours_t.push(t.elapsed());
+        } else {
+            let t = Instant::now();
+            let back = echo_once(&raw.conn, &payload, 1 << 20).await?;
+            anyhow::ensure!(back.len() == payload.len(), "short echo");
+            raw_t.push(t.elapsed());
+        }
+    }
+    // Throughput with 32 requests in flight.
+    let conc = 32usize;
+    let total = n * 4;
+    let t = Instant::now();
+    futures::stream::iter(0..total)
+        .map(|_| {
+            let (c, pl) = (ours.conn.clone(), payload.clone());
+            async move { wire::request("b", &c, &Request::Ping { payload: pl }).await }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let ours_rate = total as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    futures::stream::iter(0..total)
+        .map(|_| {
+            let (c, pl) = (raw.conn.clone(), payload.clone());
+            async move { echo_once(&c, &pl, 1 << 20).await }
+        })
+        .buffer_unordered(conc)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let raw_rate = total as f64 / t.elapsed().as_secs_f64();
+    ea.shutdown().await;
+    eb.shutdown().await;
+    let (o, r) = (
+        stats("link request (Ping, 200 B)", ours_t),
+        stats("raw quinn echo, 200 B (baseline)", raw_t),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"ours": o, "baseline": r, "p50_ratio": o.p50_us / r.p50_us, "ours_per_sec_32": ours_rate, "raw_per_sec_32": raw_rate})
+            )?
+        );
+    } else {
+        print_p50_p99([&r, &o]);
+        println!(
+            "  -> p50 ratio {:.2}x, p99 ratio {:.2}x",
+            o.p50_us / r.p50_us,
+            o.p99_us / r.p99_us
+        );
+        println!(
+            "32 in flight: link requests {ours_rate:.0}/s, raw echo {raw_rate:.0}/s ({:.2}x)",
+            ours_rate / raw_rate
+        );
+    }
+    Ok(())
+}
+
+/// Two daemons in this process linked over loopback; `a`'s primary (as the post office sees it)
+/// sends to `lead@b`. A round trip is `fleet_send` until the ticket's receipt says
+/// `transmitted`: durable in a's outbox (with its ticket), one Deliver request, durable in b's
+/// inbox with b's mark, the acknowledgement, and a's ticket updated durably.
+async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
+    use fleetd_actors::config::{Config, PeerConfig};
+    use fleetd_actors::events::EventKind;
+    use fleetd_actors::types::{Caller, MemberIdentity, MemberName, Role};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let ports: Vec<String> = (0..2)
+        .map(|_| {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+            Ok(s.local_addr()?.to_string())
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let keys = [
+        fleetd_actors::keys::generate(),
+        fleetd_actors::keys::generate(),
+    ];
+    let names = ["a", "b"];
+    let mut daemons = vec![];
+    for i in 0..2 {
+        let sd = dir.path().join(names[i]);
+        std::fs::create_dir_all(&sd)?;
+        let kf = sd.join("host.key");
+        fleetd_actors::keys::save(&kf, &keys[i])?;
+        let mut c = Config::default();
+        c.daemon.host = names[i].into();
+        c.daemon.key_file = Some(kf.display().to_string());
+        c.link.listen = Some(ports[i].clone());
+        let j = 1 - i;
+        c.peers.insert(
+            names[j].into(),
+            PeerConfig {
+                addr: ports[j].clone(),
+                public_key: fleetd_actors::keys::public_text(&keys[j].verifying_key()),
+            },
+        );
+        let cp = sd.join("fleetd.toml");
+        std::fs::write(&cp, toml::to_string(&c)?)?;
+        daemons.push(Daemon::start(&sd, Some(cp), std::env::current_exe()?).await?);
+    }
+    let fa = daemons[0].fleet.clone();
+    let lead = Caller::Member(MemberIdentity {
+        name: MemberName::new("lead")?,
+        role: Role::Primary,
+        slot: None,
+    });
+    // Wait for the link (the first send would otherwise wait for it).
+    let (_, mut rx) = fa.ctx.events.subscribe(0);
+    let up = fa
+        .ctx
+        .link_views()
+        .iter()
+        .any(|v| v.phase == fleetd_actors::link::state::Phase::Up);
+    if !up {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while let Ok(e) = rx.recv().await {
+                if matches!(e.kind, EventKind::Link { up: true, .. }) {
+                    break;
+                }
+            }
+        })
+        .await?;
+    }
+    let (_, rx) = fa.ctx.events.subscribe(u64::MAX);
+    let n = args.iterations;
+    let mut ours_t = vec![];
+    let mut ack_t = vec![];
+    for i in 0..n {
+        let body = format!("bench message {i}");
+        // Subscribe before sending, so the transmitted event cannot be missed.
+        let mut sub = rx.resubscribe();
+        let t = Instant::now();
+        let r = fa.send(&lead, "lead@b", body, false, None).await?;
+        ack_t.push(t.elapsed());
+        let id = r.ticket.ticket.id;
+        loop {
+            let e = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
+            if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
+                break;
+            }
+        }
+        ours_t.push(t.elapsed());
+    }
+    // Throughput: `total` sends, 32 in flight (each durable before it returns), then until the
+    // last of them is transmitted.
+    let total = n * 2;
+    let mut sub = rx.resubscribe();
+    let t = Instant::now();
+    let ids: Vec<fleetd_actors::types::TicketId> = futures::stream::iter(0..total)
+        .map(|i| {
+            let (f, c) = (fa.clone(), lead.clone());
+            async move {
+                f.send(&c, "lead@b", format!("bulk {i}"), false, None)
+                    .await
+                    .map(|r| r.ticket.ticket.id)
+            }
+        })
+        .buffered(32)
+        .try_collect()
+        .await?;
+    let mut waiting: std::collections::HashSet<fleetd_actors::types::TicketId> =
+        ids.into_iter().collect();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while !waiting.is_empty() {
+            match sub.recv().await {
+                Ok(e) => {
+                    if let EventKind::Ticket { ticket, .. } = e.kind {
+                        waiting.remove(&ticket);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(k)) => {
+                    anyhow::bail!("the bench lost {k} events; rerun with fewer iterations")
+                }
+                Err(e) => anyhow::bail!("event stream: {e}"),
+            }
+        }
+        anyhow::Ok(())
+    })
+    .await??;
+    let mail_rate = total as f64 / t.elapsed().as_secs_f64();
+    for d in daemons {
+        d.shutdown().await;
+    }
+    // Baselines in the same run: a raw quinn echo over loopback, and one redb commit.
+    let raw_t = raw_echo_samples(n).await?;
+    let (bdir, m) = (dir.path().to_path_buf(), n);
+    let (_, redb_commit) =
+        tokio::task::spawn_blocking(move || durability_baselines(&bdir, m)).await??;
+    let (o, a, r, c) = (
+        stats("mail: send -> transmitted (3 commits)", ours_t),
+        stats("  of which send -> durable in outbox", ack_t),
+        stats("raw quinn echo, 200 B (baseline)", raw_t),
+        stats("one redb commit (baseline)", redb_commit),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
+                "p50_ratio_echo": o.p50_us / r.p50_us, "p50_ratio_echo_plus_3_commits": o.p50_us / (r.p50_us + 3.0 * c.p50_us),
+                "mail_per_sec": mail_rate})
+            )?
+        );
+    } else {
+        print_p50_p99([&r, &c, &o, &a]);
+        println!(
+            "  -> p50 {:.2}x a raw echo; {:.2}x (echo + 3 redb commits)",
+            o.p50_us / r.p50_us,
+            o.p50_us / (r.p50_us + 3.0 * c.p50_us)
+        );
+        println!(
+            "throughput: {total} sends, 32 in flight, until all transmitted: {mail_rate:.0} messages/s ({:.2}x one redb commit per message)",
+            mail_rate / c.per_sec
+        );
+    }
+    Ok(())
+}
+
+/// One anchor pull of `args.peers` remote identities: the home host reads its KB for its served
+/// anchors, answers one `Anchors` request over a real link, and the puller verifies every line
+/// against the home key and runs G3 across hosts on them, and the local gates (G1-G4) then run on
+/// them as the drift pass does. Baselines in the same run: a raw quinn
+/// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
+async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
+    use crate::link::wire::{self, Request, Response};
+    use fleetd_actors::drift::line::{self, NewLine};
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let kb = dir.path().join("kb");
+    let home = fleetd_actors::keys::generate();
+    let now = fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock);
+    let day = fleetd_actors::drift::kb::date_of(now);
+    for i in 0..args.peers {
+        let l = line::sign(
+            &NewLine::anchor(now, 1, &format!("worker on service {i}")),
+            &home,
+        );
+        fleetd_actors::drift::kb::append_unsynced(&kb, &format!("w{i}"), &day, &l)?;
+    }
+    let key = home.verifying_key();
+    struct Served(Vec<(String, String)>);
+    impl wire::Handler for Served {
+        async fn handle(&self, _: &str, req: Request) -> Response {
+            match req {
+                Request::Anchors => Response::Anchors {
+                    anchors: self.0.clone(),
+                },
+                Request::Ping { payload } => Response::Pong { payload },
+                _ => Response::Noted,
+            }
+        }
+    }
+    let (eb, ea) = endpoint_pair(&fleetd_actors::keys::generate(), &home)?;
+    let n = args.iterations.clamp(1, 50);
+    let (mut read_t, mut pull_t, mut verify_t, mut total_t, mut raw_t, mut sig_t, mut gates_t) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let params = fleetd_actors::drift::gates::Params::from_config(
+        &fleetd_actors::config::Config::default().drift,
+        now,
+    );
+    let e2 = eb.clone();
+    let (kb2, key2) = (kb.clone(), key);
+    let first =
+        fleetd_actors::drift::kb::served_anchors(&kb2, &key2, 3, crate::link::anchors::MAX_SERVED)?;
+    anyhow::ensure!(
+        first.len() == args.peers,
+        "served {} of {}",
+        first.len(),
+        args.peers
+    );
+    let bytes = crate::codec::encode(&Response::Anchors {
+        anchors: first.clone(),
+    })?
+    .len();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            tokio::spawn(wire::serve(
+                l.peer,
+                l.conn,
+                std::sync::Arc::new(Served(first)),
+            ));
+        }
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let p = ea.peers()[0].clone();
+    let ours = ea.dial(&p).await?;
+    let raw = ea.dial(&p).await?;
+    let payload = vec![7u8; bytes];
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let (kb3, key3) = (kb.clone(), key);
+        let served = tokio::task::spawn_blocking(move || {
+            fleetd_actors::drift::kb::served_anchors(
+                &kb3,
+                &key3,
+                3,
+                crate::link::anchors::MAX_SERVED,
+            )
+        })
+        .await??;
+        read_t.push(t0.elapsed());
+        anyhow::ensure!(served.len() == args.peers);
+        let t1 = Instant::now();
+        let r = wire::request("b", &ours.conn, &Request::Anchors).await?;
+        pull_t.push(t1.elapsed());
+        let Response::Anchors { anchors } = r else {
+            anyhow::bail!("unexpected answer")
+        };
+        let t2 = Instant::now();
+        let (verified, dropped) =
+            fleetd_actors::drift::remote::verify_served(anchors, &key, usize::MAX);
+        anyhow::ensure!(dropped.is_empty(), "dropped: {dropped:?}");
+        let mut core = fleetd_actors::drift::remote::Remote::default();
+        let found = core.absorb("home", verified, now);
+        anyhow::ensure!(found.is_empty() && core.latest().len() == args.peers);
+        verify_t.push(t2.elapsed());
+        total_t.push(t0.elapsed());
+        // The local drift pass then runs G1-G4 on them as IDENTITY@HOME, as one reader.
+        let t = Instant::now();
+        let mut ix = fleetd_actors::drift::gates::Index::default();
+        fleetd_actors::drift::gates::with_remote(&mut ix, &core.all());
+        let reports = fleetd_actors::drift::gates::evaluate_all(&ix, Some("lead"), &params);
+        gates_t.push(t.elapsed());
+        anyhow::ensure!(
+            reports.len() == args.peers && reports.iter().all(|r| r.verdict == "trusted"),
+            "not every remote identity came out trusted"
+        );
+        // Baselines: the same bytes echoed raw, and the same signatures checked alone.
+        let t = Instant::now();
+        echo_once(&raw.conn, &payload, 8 << 20).await?;
+        raw_t.push(t.elapsed());
+        let parsed: Vec<line::Parsed> = served
+            .iter()
+            .filter_map(|(_, l)| line::parse(l, std::slice::from_ref(&key)).ok())
+            .collect();
+        let t = Instant::now();
+        for p in &parsed {
+            anyhow::ensure!(p.key.verify_strict(&p.message, &p.sig).is_ok());
+        }
+        sig_t.push(t.elapsed());
+    }
+    ea.shutdown().await;
+    eb.shutdown().await;
+    let rows = [
+        stats("raw quinn echo, same bytes (baseline)", raw_t),
+        stats("verify_strict of the lines (baseline)", sig_t),
+        stats("home: KB read of served anchors", read_t),
+        stats("Anchors request over the link", pull_t),
+        stats("puller: parse+verify+G3 across hosts", verify_t),
+        stats("whole pull", total_t),
+        stats("then: G1-G4 on them in the drift pass", gates_t),
+    ];
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"peers": args.peers, "bytes": bytes, "rows": rows})
+            )?
+        );
+    } else {
+        println!(
+            "one pull of {} remote identities ({} KiB on the wire)",
+            args.peers,
+            bytes / 1024
+        );
+        print_p50_p99(&rows);
+        println!(
+            "  -> request {:.2}x a raw echo of its bytes; verify+G3 {:.2}x the bare signature checks",
+            rows[3].p50_us / rows[0].p50_us,
+            rows[4].p50_us / rows[1].p50_us
+        );
+    }
+    Ok(())
+}
+
+/// `n` round trips of a raw quinn echo (200 B) over loopback.
+async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
+    let (eb, ea) = endpoint_pair(
+        &fleetd_actors::keys::generate(),
+        &fleetd_actors::keys::generate(),
+    )?;
+    let e2 = eb.clone();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = e2.accept().await {
+            raw_echo(l.conn).await;
+        }
+    });
+    let raw = ea.dial(&ea.peers()[0].clone()).await?;
+    let payload = vec![7u8; 200];
+    let mut out = vec![];
+    for _ in 0..n {
+        let t = Instant::now();
+        echo_once(&raw.conn, &payload, 1 << 20).await?;
+        out.push(t.elapsed());
+    }
+    ea.shutdown().await;
+    eb.shutdown().await;
+    Ok(out)
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.which {
+        Which::Ledger => return run_ledger(&args).await,
+        Which::Drift => return run_drift(&args).await,
+        Which::Link => return run_link(&args).await,
+        Which::Mail => return run_mail(&args).await,
+        Which::Anchors => return run_anchors(&args).await,
+        Which::Load => return load::run(&args).await,
+        Which::Fleet => {}
+    }
+    let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
+    let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
+    let sd = daemon.layout.state_dir.display().to_string();
+
+    let echo = mcp_client(&["echo-server"], &[]).await?;
+    let base_mcp = stats(
+        "rmcp echo via stdio (baseline)",
+        time_calls(&echo, "echo", json!({"text": "x"}), args.iterations).await?,
+    );
+    let _ = echo.cancel().await;
+    let shim = mcp_client(&["mcp"], &[("FLEETD_STATE_DIR", sd.clone())]).await?;
+    let ours_mcp = stats(
+        "fleet_whoami via fleetd mcp shim",
+        time_calls(&shim, "fleet_whoami", json!({}), args.iterations).await?,
+    );
+    let _ = shim.cancel().await;
+
+    let n = args.send_iterations;
+    let base_pty = stats(
+        "raw PTY echo via cat (baseline)",
+        tokio::task::spawn_blocking(move || pty_baseline(n)).await??,
+    );
+    let (visible, acked, rest) = send_to_pty(&daemon, args.send_iterations).await?;
+    let rest = stats("  a bare REST round trip (GET /whoami)", rest);
+    let (bdir, n) = (dir.path().to_path_buf(), args.send_iterations);
+    let (raw_sync, redb_commit) =
+        tokio::task::spawn_blocking(move || durability_baselines(&bdir, n)).await??;
+    let raw_sync = stats("  raw 200 B append + fdatasync", raw_sync);
+    let redb_commit = stats("  one redb commit: ticket + message", redb_commit);
+    let ours_send = stats("send -> message in target PTY", visible);
+    let acked = stats("  of which send -> durable ticket+queue", acked);
+    let code = daemon.shutdown().await;
+    anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
+
+    let rows = [(&ours_mcp, &base_mcp), (&ours_send, &base_pty)];
+    if args.json {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|(o, b)| json!({"ours": o, "baseline": b, "p50_ratio": o.p50_us / b.p50_us, "p99_ratio": o.p99_us / b.p99_us}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"pairs": v, "send_ack": acked}))?
+        );
+    } else {
+        println!(
+            "{:<38} {:>7} {:>10} {:>10} {:>10} {:>9}",
+            "measurement", "n", "p50 µs", "p99 µs", "mean µs", "ops/s"
+        );
+        for (o, b) in rows {
+            for s in [b, o] {
+                println!(
+                    "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
+                    s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
+                );
+            }
+            println!(
+                "{:<38} p50 ratio {:.2}x, p99 ratio {:.2}x",
+                "  -> ours / baseline",
+                o.p50_us / b.p50_us,
+                o.p99_us / b.p99_us
+            );
+        }
+        for s in [&acked, &rest, &redb_commit, &raw_sync] {
+            println!(
+                "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
+                s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
+            );
+        }
+        println!(
+            "{:<38} p50 {:.0} µs beyond one REST round trip + one redb commit (Authz, actor hops, the ticket view)",
+            "  -> send ack overhead",
+            acked.p50_us - rest.p50_us - redb_commit.p50_us
+        );
+    }
+    Ok(())
+}
