@@ -264,6 +264,7 @@ impl SlotCore {
         let tools_until = (profile.wait_for_tools_ms > 0).then(|| now + profile.wait_for_tools_ms);
         let session_until =
             (profile.wait_for_session_ms > 0).then(|| now + profile.wait_for_session_ms);
+        let silent_is_idle = profile.prompt.is_none();
         SlotCore {
             parser,
             profile,
@@ -282,7 +283,10 @@ impl SlotCore {
             settling: false,
             last_change: now,
             last_contents: String::new(),
-            dirty: false,
+            // Without a prompt to wait for, a program that prints nothing (`cat`, a silent
+            // REPL) is idle once its empty screen has been still for the window; a profile
+            // with a prompt waits for it to be drawn.
+            dirty: silent_is_idle,
             paste: None,
             host_pasted: None,
             reaped: false,
@@ -835,6 +839,20 @@ mod tests {
             ..Profile::default()
         };
         SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0)
+    }
+
+    #[test]
+    fn without_a_prompt_a_program_that_prints_nothing_becomes_idle_once_still() {
+        let p = Config::default().compiled_profile("generic").unwrap();
+        let stable = p.stable_ms;
+        let mut c = SlotCore::new(p, settings(0), 0);
+        assert!(statuses(&c.tick(stable - 1)).is_empty());
+        assert_eq!(c.next_deadline(), Some(stable));
+        assert_eq!(statuses(&c.tick(stable)), vec![Status::Idle]);
+        // With a prompt to wait for, an empty screen is not a prompt: still starting.
+        let mut t = tui();
+        assert!(statuses(&t.tick(10_000)).is_empty());
+        assert_eq!(t.status(), Status::Starting);
     }
 
     fn statuses(fx: &[Effect]) -> Vec<Status> {
