@@ -113,7 +113,7 @@ pub async fn run_echo_server() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Stats {
     pub name: String,
     pub n: usize,

@@ -655,3 +655,48 @@ async fn when_a_stop_returns_its_queued_tickets_are_settled() {
         "tickets by state right after the stop: {by_state:?}"
     );
 }
+
+/// The load harness (`fleetd bench load`) at a small scale: every member went idle, every
+/// message waits in the queue, every PTY host was found and measured, each event reader was
+/// fed, and each stage has its memory and `status` latency.
+#[test]
+fn the_load_harness_measures_a_small_fleet() {
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "load",
+            "--members",
+            "30",
+            "--sse",
+            "10",
+            "--queued",
+            "300",
+            "--idle-secs",
+            "1",
+            "--iterations",
+            "50",
+            "--json",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("FLEETD_STATE_DIR")
+        .output()
+        .expect("run fleetd bench load");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench load failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["members"], 30);
+    assert_eq!(v["pty_hosts"], 30, "{v}");
+    assert_eq!(v["queued_seen"], 300, "{v}");
+    assert!(v["sse_events_read_min"].as_u64().unwrap_or(0) > 0, "{v}");
+    let stages = v["stages"].as_array().expect("stages");
+    let names: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();
+    assert_eq!(names, ["empty", "members", "sse", "queued"]);
+    for s in stages {
+        assert!(s["rss_kb"].as_u64().unwrap_or(0) > 0, "{s}");
+        assert_eq!(s["status"]["n"], 50, "{s}");
+    }
+    assert!(
+        v["pty_host_pss_kb_mean"].as_f64().unwrap_or(0.0) > 0.0,
+        "{v}"
+    );
+}
