@@ -334,6 +334,9 @@ pub enum ConfigCmd {
     Default,
     /// Check a config file (or the default); fails on any problem.
     Check { file: Option<PathBuf> },
+    /// Print the effective config: FILE layered over the built-in default (what a daemon
+    /// started with `--config FILE` runs), or the default alone.
+    Show { file: Option<PathBuf> },
 }
 
 fn state_dir(cli: &Option<PathBuf>) -> anyhow::Result<PathBuf> {

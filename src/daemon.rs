@@ -50,15 +50,17 @@ impl Layout {
 pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     let config = match path {
         Some(p) => {
-            let meta =
-                std::fs::metadata(p).with_context(|| format!("config file {}", p.display()))?;
+            // Bounded by the bytes actually read (a FIFO or /dev/zero has no size to check).
+            use std::io::Read;
+            let mut text = String::new();
+            std::fs::File::open(p)
+                .and_then(|f| f.take((1 << 20) + 1).read_to_string(&mut text))
+                .with_context(|| format!("config file {}", p.display()))?;
             anyhow::ensure!(
-                meta.len() <= 1 << 20,
+                text.len() <= 1 << 20,
                 "config file {} is larger than 1 MiB",
                 p.display()
             );
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("config file {}", p.display()))?;
             Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => Config::default(),

@@ -58,6 +58,13 @@ fn main() -> ExitCode {
             Ok(0)
         }
         Cmd::Config {
+            cmd: ConfigCmd::Show { file },
+        } => {
+            let c = fleetd::daemon::load_config(file.as_deref())?;
+            print!("{}", c.to_toml()?);
+            Ok(0)
+        }
+        Cmd::Config {
             cmd: ConfigCmd::Check { file },
         } => fleetd::cli::config_check(file.as_deref()).map(|_| 0),
         Cmd::Ledger {

@@ -16,12 +16,30 @@ use crate::types::Role;
 /// The profile of a command spawned without one: idle when its screen is still.
 pub const GENERIC: &str = "generic";
 
+/// Lay the table `over` (from a config file, at `path`) on `base` (the built-in default):
+/// tables merge key by key, other values replace; a named profile and `[architects]` are
+/// replaced whole (see [`Config::parse`]).
+fn layer(base: &mut toml::Table, over: toml::Table, path: &[&str]) {
+    for (k, v) in over {
+        let whole = matches!(path, [] if k == "architects") || matches!(path, ["profiles"]);
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) if !whole => {
+                let mut p = path.to_vec();
+                p.push(k.as_str());
+                layer(b, o, &p);
+            }
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
 /// The built-in default config, commented; `fleetd config default` prints it.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("default-config.toml");
 
-/// Sections left out of a config file take their documented defaults; `architects` and
-/// `charters` left out are empty (the built-in default file fills them); the built-in
-/// `profiles` are always present (see [`Config::parse`]).
+/// A config file is layered over the built-in default (see [`Config::parse`]): what it leaves
+/// out is the default's.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -560,15 +578,42 @@ impl Config {
             .and_then(|p| crate::keys::parse_public(&p.public_key).ok())
     }
 
-    /// Parse TOML text; unknown keys are errors so typos do not pass silently. The built-in
-    /// agent profiles (claude, codex, gemini, opencode, generic, ...) are always there: a
-    /// profile of the same name in the file replaces the built-in one.
+    /// Parse a config file's TOML text, layered over the built-in default: a section, table or
+    /// value the file gives replaces the default's at that place, and everything it leaves out
+    /// is the default's (charters, limits, profiles, ...). Two tables are taken whole rather
+    /// than merged: each named profile (a profile of a built-in's name replaces that profile;
+    /// the other built-ins stay), and `[architects]` (a file that lists slots has exactly
+    /// those). Unknown keys are errors, with their place in the file, so typos do not pass
+    /// silently.
     pub fn parse(text: &str) -> Result<Config, FleetError> {
-        let mut c = Config::parse_text(text)?;
-        for (name, p) in Config::default().profiles {
-            c.profiles.entry(name).or_insert(p);
-        }
-        Ok(c)
+        // The file alone first: its errors name its own lines.
+        Config::parse_text(text)?;
+        let over: toml::Table = toml::from_str(text).map_err(|e| {
+            FleetError::invalid(
+                "config",
+                e.to_string().trim().to_string(),
+                "TOML in the shape `fleetd config default` prints",
+            )
+        })?;
+        let mut base: toml::Table = match toml::from_str(DEFAULT_CONFIG_TOML) {
+            Ok(t) => t,
+            // A compile-time constant covered by a unit test.
+            Err(e) => panic!("built-in default config does not parse: {e}"),
+        };
+        layer(&mut base, over, &[]);
+        toml::Value::Table(base).try_into::<Config>().map_err(|e| {
+            FleetError::invalid(
+                "config",
+                e.to_string().trim().to_string(),
+                "TOML in the shape `fleetd config default` prints",
+            )
+        })
+    }
+
+    /// The effective config as TOML (what `fleetd config show` prints).
+    pub fn to_toml(&self) -> Result<String, FleetError> {
+        toml::to_string(self)
+            .map_err(|e| FleetError::internal("config", format!("cannot write it as TOML: {e}")))
     }
 
     fn parse_text(text: &str) -> Result<Config, FleetError> {
@@ -896,6 +941,47 @@ mod tests {
     fn unknown_keys_are_errors() {
         let e = Config::parse("[lifecycle]\nidle_ttl = 5\n").unwrap_err();
         assert!(e.to_string().contains("idle_ttl"), "{e}");
+    }
+
+    #[test]
+    fn a_file_is_layered_over_the_built_in_default() {
+        let d = Config::default();
+        // A file with its own host only: everything else is the default's.
+        let c = Config::parse("[daemon]\nhost = \"build-a\"\n").unwrap();
+        assert_eq!(c.daemon.host, "build-a");
+        assert_eq!(c.daemon.on_shutdown, d.daemon.on_shutdown);
+        assert_eq!(c.charters, d.charters);
+        assert_eq!(c.architects, d.architects);
+        assert_eq!(c.profiles, d.profiles);
+        assert_eq!(c.limits, d.limits);
+        assert!(!c.charters.worker.is_empty());
+        // One charter and one limit given: the others stay.
+        let c = Config::parse("[charters]\nworker = \"Do the task.\"\n[limits]\nmailbox = 7\n")
+            .unwrap();
+        assert_eq!(c.charters.worker, "Do the task.");
+        assert_eq!(c.charters.primary, d.charters.primary);
+        assert_eq!(c.charters.reply, d.charters.reply);
+        assert_eq!(c.limits.mailbox, 7);
+        assert_eq!(c.limits.max_request_bytes, d.limits.max_request_bytes);
+        // A named profile is replaced whole (no built-in regex left behind); the rest stay.
+        let c = Config::parse("[profiles.claude]\ncommand = [\"my-claude\"]\n").unwrap();
+        assert_eq!(c.profiles["claude"].command, vec!["my-claude".to_string()]);
+        assert_eq!(c.profiles["claude"].prompt, None);
+        assert_eq!(c.profiles["codex"], d.profiles["codex"]);
+        // A file that lists architect slots has exactly those.
+        let c = Config::parse("[architects.judge]\nprofile = \"claude\"\n").unwrap();
+        assert_eq!(c.architects.keys().collect::<Vec<_>>(), vec!["judge"]);
+        // The effective config written out reads back as itself.
+        let again = Config::parse(&c.to_toml().unwrap()).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn a_mistake_is_reported_at_its_place_in_the_file() {
+        let e = Config::parse("[daemon]\nhost = \"a\"\n\n[charters]\nwroker = \"x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("wroker") && e.contains("line 5"), "{e}");
     }
 
     #[test]

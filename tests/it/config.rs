@@ -248,3 +248,46 @@ fn a_peer_with_the_hosts_own_key_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot be its own peer"), "{err}");
 }
+
+/// A config file holds only what differs from the built-in default (as the deploy examples do):
+/// a daemon reloaded onto one still has the built-in charters, architect slots and profiles, so
+/// spawns work and members get their charter; `config show` prints the effective config.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_config_is_layered_over_the_default() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    let partial =
+        "[daemon]\nhost = \"build-z\"\n\n[charters]\nworker = \"You are a terse worker.\"\n";
+    std::fs::write(&d.config_path, partial).unwrap();
+    let shown = d.cli(&["config", "show", d.config_path.to_str().unwrap()]);
+    assert!(shown.status.success(), "{shown:?}");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let effective = fleetd_actors::config::Config::parse(&shown).expect("show prints a config");
+    let default = fleetd_actors::config::Config::default();
+    assert_eq!(effective.daemon.host, "build-z");
+    assert_eq!(effective.charters.worker, "You are a terse worker.");
+    assert_eq!(effective.charters.primary, default.charters.primary);
+    assert_eq!(effective.architects, default.architects);
+    d.signal(libc::SIGHUP);
+    ev.until("reload", |e| {
+        matches!(&e.kind, EventKind::ConfigReloaded { ok: true, .. })
+    })
+    .await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    let charter = std::fs::read_to_string(d.state.join("charters/w1.md")).unwrap();
+    assert!(charter.starts_with("You are a terse worker."), "{charter}");
+    assert!(
+        charter.contains("fleet_reply"),
+        "the default reply charter: {charter}"
+    );
+    // The built-in architect slots are there: an architect spawn binds one.
+    let a: serde_json::Value = d
+        .client
+        .post(
+            "/members",
+            &serde_json::json!({"role": "architect", "name": "a1", "slot": "opus", "command": sim(&[]), "profile": "sim"}),
+        )
+        .await
+        .expect("an architect on a built-in slot");
+    assert!(a["slot"].is_string(), "{a}");
+}
