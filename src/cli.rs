@@ -98,32 +98,56 @@ pub enum Cmd {
         json: bool,
     },
     /// Send a message to a member (it lands when the member is idle).
+    ///
+    /// Exit status: 0 once the message is accepted (queued); with --wait, 0 on a reply (or the
+    /// transcript tail), 3 when none came in time (the ticket stays open: `fleetd tickets ID`
+    /// follows it), 1 when the ticket ended undeliverable or expired. To another host's lead:
+    /// not from the operator (remote mail is the lead's: `fleet_send` to `lead@HOST`).
     Send {
+        /// The member (see `fleetd list`).
         name: String,
-        #[arg(required = true)]
+        /// The message text (words are joined with spaces); `-` reads it from stdin.
+        #[arg(required_unless_present = "file")]
         message: Vec<String>,
-        /// Wait (bounded) for the reply.
+        /// Read the message from this file.
+        #[arg(long, conflicts_with = "message")]
+        file: Option<PathBuf>,
+        /// Wait for the reply (bounded by --wait-secs, else the daemon's ticket TTL).
         #[arg(long)]
         wait: bool,
-        #[arg(long)]
+        /// Wait at most this long for the reply (implies --wait).
+        #[arg(long, value_name = "SECS")]
         wait_secs: Option<u64>,
+        /// Print the daemon's answer as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Reply to a ticket (from inside the member it was sent to, e.g. an agent hook).
     Reply {
+        /// The ticket id (`t-N`).
         ticket: String,
-        #[arg(required = true)]
+        /// The reply text (words are joined with spaces); `-` reads it from stdin.
+        #[arg(required_unless_present = "file")]
         message: Vec<String>,
+        /// Read the reply from this file.
+        #[arg(long, conflicts_with = "message")]
+        file: Option<PathBuf>,
+        /// Print the daemon's answer as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Stop a member.
     Stop {
+        /// The member (see `fleetd list`).
         name: String,
-        /// Let it work through its queue first.
+        /// Let it work through its queue and finish its turn first; progress goes to stderr.
         #[arg(long)]
         drain: bool,
+        /// With --drain: give up after this long (exit 3; the member keeps running). Default:
+        /// the daemon's bound, the ticket TTL.
+        #[arg(long, value_name = "SECS", requires = "drain")]
+        drain_secs: Option<u64>,
+        /// Print the daemon's answer as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -337,6 +361,111 @@ pub enum ConfigCmd {
     /// Print the effective config: FILE layered over the built-in default (what a daemon
     /// started with `--config FILE` runs), or the default alone.
     Show { file: Option<PathBuf> },
+}
+
+/// A command that ran and failed in a way with its own exit status (e.g. `send --wait` that
+/// got no reply in time: 3). The message goes to stderr as any error's does.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failed {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failed {
+    pub fn new(code: u8, message: String) -> Self {
+        Failed { code, message }
+    }
+}
+
+/// The largest message the CLI reads from stdin or a file (the daemon's own limit,
+/// `injector.max_message_bytes`, is smaller by default and says so).
+const MAX_MESSAGE_INPUT: u64 = 1 << 20;
+
+/// A message's text: the words joined, or stdin for `-`, or a file; bounded by bytes read.
+fn message_text(words: &[String], file: Option<&Path>) -> anyhow::Result<String> {
+    use std::io::Read;
+    let (what, reader): (String, Box<dyn Read>) = match (file, words) {
+        (Some(f), _) => (
+            f.display().to_string(),
+            Box::new(
+                std::fs::File::open(f).with_context(|| format!("message file {}", f.display()))?,
+            ),
+        ),
+        (None, [dash]) if dash == "-" => ("stdin".into(), Box::new(std::io::stdin())),
+        (None, words) => return Ok(words.join(" ")),
+    };
+    let mut buf = Vec::new();
+    reader
+        .take(MAX_MESSAGE_INPUT + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading the message from {what}"))?;
+    anyhow::ensure!(
+        buf.len() as u64 <= MAX_MESSAGE_INPUT,
+        "the message from {what} is over {} MiB; send a path to the text instead",
+        MAX_MESSAGE_INPUT >> 20
+    );
+    let text = String::from_utf8(buf)
+        .map_err(|_| anyhow::anyhow!("the message from {what} is not UTF-8 text"))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text).to_string();
+    anyhow::ensure!(!text.trim().is_empty(), "the message from {what} is empty");
+    Ok(text)
+}
+
+/// `stop --drain`: ask the daemon to drain and stop, and meanwhile say on stderr what it waits
+/// for. Past `drain_secs` the request is dropped (the daemon then stops waiting and the member
+/// keeps running) and the command fails with status 3.
+async fn drain_then_stop(c: &Client, name: &str, drain_secs: Option<u64>) -> anyhow::Result<Value> {
+    let started = std::time::Instant::now();
+    let path = format!("/members/{name}?drain=true");
+    let stop = c.delete::<Value>(&path);
+    tokio::pin!(stop);
+    let bound = drain_secs.map(Duration::from_secs);
+    let mut last = String::new();
+    loop {
+        let tick = tokio::time::sleep(Duration::from_secs(1));
+        tokio::select! {
+            r = &mut stop => return r.map_err(api),
+            _ = tick => {}
+        }
+        let waited = started.elapsed();
+        if let Some(b) = bound
+            && waited >= b
+        {
+            return Err(Failed::new(
+                3,
+                format!(
+                    "{name} did not drain within {} s ({last}); it keeps running: `fleetd stop {name}` stops it now",
+                    b.as_secs()
+                ),
+            )
+            .into());
+        }
+        // Progress, when it changes: what the drain still waits for.
+        if let Ok(m) = c.get::<Value>(&format!("/members/{name}")).await {
+            let queued = m["queue"]["queued"].as_array().map_or(0, |a| a.len());
+            let in_flight = !m["queue"]["in_flight"].is_null();
+            let now = format!(
+                "{queued} queued{}, status {}",
+                if in_flight {
+                    ", one being delivered"
+                } else {
+                    ""
+                },
+                s(&m["status"])
+            );
+            if now != last {
+                eprintln!(
+                    "{}",
+                    fleetd_actors::sanitize::for_display(&format!(
+                        "draining {name}: {now} ({} s); waits for an empty queue and an idle member",
+                        waited.as_secs()
+                    ))
+                );
+                last = now;
+            }
+        }
+    }
 }
 
 fn state_dir(cli: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -888,19 +1017,22 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Cmd::Send {
             name,
             message,
+            file,
             wait,
             wait_secs,
             json,
         } => {
-            let body = json!({"message": message.join(" "), "wait": wait, "wait_secs": wait_secs});
+            let text = message_text(&message, file.as_deref())?;
+            let wait = wait || wait_secs.is_some();
+            let body = json!({"message": text, "wait": wait, "wait_secs": wait_secs});
             let v: Value = client(&sd)?
                 .post(&format!("/members/{name}/messages"), &body)
                 .await
                 .map_err(api)?;
+            let t = &v["ticket"];
             if json {
                 print_json(&v);
             } else {
-                let t = &v["ticket"];
                 say!(
                     "{} to {}: {} (receipt {})",
                     s(&t["id"]),
@@ -912,16 +1044,51 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     say!("{r}");
                 }
             }
+            if wait {
+                match t["state"].as_str() {
+                    Some("replied" | "tail") => {}
+                    Some("open") => {
+                        return Err(Failed::new(
+                            3,
+                            format!(
+                                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
+                                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!("within {w} s")),
+                                s(&t["id"]),
+                                s(&t["receipt"]["state"]),
+                                s(&t["id"])
+                            ),
+                        )
+                        .into());
+                    }
+                    other => {
+                        return Err(Failed::new(
+                            1,
+                            format!(
+                                "ticket {} ended {} without a reply{}",
+                                s(&t["id"]),
+                                other.unwrap_or("?"),
+                                t["receipt"]["note"]
+                                    .as_str()
+                                    .map(|n| format!(": {n}"))
+                                    .unwrap_or_default()
+                            ),
+                        )
+                        .into());
+                    }
+                }
+            }
         }
         Cmd::Reply {
             ticket,
             message,
+            file,
             json,
         } => {
+            let text = message_text(&message, file.as_deref())?;
             let v: Value = client(&sd)?
                 .post(
                     &format!("/tickets/{ticket}/reply"),
-                    &json!({"message": message.join(" ")}),
+                    &json!({"message": text}),
                 )
                 .await
                 .map_err(api)?;
@@ -931,14 +1098,18 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 say!("replied to {}", s(&v["id"]))
             }
         }
-        Cmd::Stop { name, drain, json } => {
+        Cmd::Stop {
+            name,
+            drain,
+            drain_secs,
+            json,
+        } => {
             let c = client(&sd)?;
-            let path = if drain {
-                format!("/members/{name}?drain=true")
+            let v: Value = if drain {
+                drain_then_stop(&c, &name, drain_secs).await?
             } else {
-                format!("/members/{name}")
+                c.delete(&format!("/members/{name}")).await.map_err(api)?
             };
-            let v: Value = c.delete(&path).await.map_err(api)?;
             if json {
                 print_json(&v)
             } else {

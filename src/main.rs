@@ -174,7 +174,10 @@ fn main() -> ExitCode {
                 "fleetd: {}",
                 fleetd_actors::sanitize::for_display(&format!("{e:#}"))
             );
-            ExitCode::FAILURE
+            match e.downcast_ref::<fleetd::cli::Failed>() {
+                Some(f) => ExitCode::from(f.code.max(1)),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -359,7 +359,13 @@ async fn send(
     let c = api.caller(&peer);
     let r = api
         .fleet
-        .send(&c, &name, b.message, b.wait, b.wait_secs)
+        .send(
+            &c,
+            &name,
+            b.message,
+            b.wait || b.wait_secs.is_some(),
+            b.wait_secs,
+        )
         .await?;
     Ok(Json(serde_json::to_value(r).unwrap_or_default()))
 }

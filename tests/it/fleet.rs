@@ -862,3 +862,86 @@ async fn a_member_gets_its_own_worktree_removed_at_exit_unless_it_holds_work() {
     );
     assert!(d.log().contains("worktree kept"), "the log says why");
 }
+
+/// `send -` and `send --file` read the message (bounded); `--wait-secs` implies `--wait`, and a
+/// wait that ends with no reply exits 3 saying so; `stop --drain` says what it waits for and,
+/// past `--drain-secs`, exits 3 and leaves the member running.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_and_stop_from_the_cli_say_when_they_did_not_get_what_was_asked() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    ev.status("w1", "idle").await;
+    let run = |args: &[&str], stdin: &[u8]| {
+        let mut c = std::process::Command::new(bin())
+            .args(args)
+            .env("FLEETD_STATE_DIR", &d.state)
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut i = c.stdin.take().unwrap();
+        std::io::Write::write_all(&mut i, stdin).unwrap();
+        drop(i);
+        c.wait_with_output().unwrap()
+    };
+    let o = run(&["send", "w1", "-", "--wait", "--json"], b"sum: 4 5\n");
+    assert!(o.status.success(), "{o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ticket"]["reply"]["text"], "sum of 2 numbers = 9");
+    let f = d.state.parent().unwrap().join("msg.txt");
+    std::fs::write(&f, "sum: 1 1 1").unwrap();
+    let o = run(
+        &[
+            "send",
+            "w1",
+            "--file",
+            f.to_str().unwrap(),
+            "--wait-secs",
+            "20",
+        ],
+        b"",
+    );
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("sum of 3 numbers = 3"),
+        "--wait-secs waited for the reply: {o:?}"
+    );
+    let o = run(&["send", "w1", "-"], b"   \n");
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("empty"),
+        "{o:?}"
+    );
+
+    // A member that never goes idle: nothing is delivered, so no reply comes.
+    d.client
+        .post::<Value>(
+            "/members",
+            &json!({"role": "worker", "name": "busy", "profile": "generic",
+                "command": ["sh", "-c", "while :; do date +%s%N; sleep 0.02; done"]}),
+        )
+        .await
+        .unwrap();
+    let o = run(&["send", "busy", "hello", "--wait-secs", "1"], b"");
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no reply within 1 s") && err.contains("still open"),
+        "{err}"
+    );
+    let o = run(&["stop", "busy", "--drain", "--drain-secs", "2"], b"");
+    assert_eq!(o.status.code(), Some(3), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("draining busy: 1 queued") && err.contains("did not drain within 2 s"),
+        "{err}"
+    );
+    let m = d.member("busy").await;
+    assert_ne!(
+        m["status"], "exited",
+        "a drain given up leaves it running: {m}"
+    );
+}
