@@ -477,12 +477,50 @@ fn client(cli: &Option<PathBuf>) -> anyhow::Result<Client> {
     Ok(Client::new(&state_dir(cli)?))
 }
 
-/// An API refusal, printed as the daemon worded it.
+/// An API refusal, printed as the daemon worded it, addressed to the operator: the fleet tools
+/// the CLI has a command for are named by that command (`fleetd list`, not `fleet_list`).
 fn api(e: ClientError) -> anyhow::Error {
     match e {
-        ClientError::Api(f) => anyhow::anyhow!("{f}"),
+        ClientError::Api(mut f) => {
+            f.refused = for_operator(&f.refused);
+            f.accepted = for_operator(&f.accepted);
+            anyhow::anyhow!("{f}")
+        }
         other => anyhow::anyhow!("{other}"),
     }
+}
+
+/// `fleet_X` -> `` `fleetd X` `` for the tools the CLI has a command of the same name for.
+fn for_operator(text: &str) -> String {
+    const SAME: [&str; 8] = [
+        "list", "send", "stop", "spawn", "status", "poll", "ack", "reply",
+    ];
+    let mut out = text.to_string();
+    for c in SAME {
+        let tool = format!("fleet_{c}");
+        let mut from = 0;
+        while let Some(i) = out[from..].find(&tool).map(|i| i + from) {
+            let end = i + tool.len();
+            let word_ends = out[end..]
+                .chars()
+                .next()
+                .is_none_or(|ch| !(ch.is_alphanumeric() || ch == '_'));
+            let cmd = format!("`fleetd {c}`");
+            if word_ends {
+                // A tool name already in backticks keeps one pair.
+                let (i, end) = if out[..i].ends_with('`') && out[end..].starts_with('`') {
+                    (i - 1, end + 1)
+                } else {
+                    (i, end)
+                };
+                out.replace_range(i..end, &cmd);
+                from = i + cmd.len();
+            } else {
+                from = end;
+            }
+        }
+    }
+    out
 }
 
 /// JSON output: exact (it parses to what the daemon sent), with the characters a terminal could
@@ -635,6 +673,104 @@ async fn read_hook_stdin() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
+/// A ticket's owner as a person reads it: `lead@HOST` for mail this host sent to another host.
+fn ticket_to(t: &Value) -> String {
+    match t["remote"]["host"].as_str() {
+        Some(h) => format!("{}@{h}", s(&t["to"])),
+        None => s(&t["to"]),
+    }
+}
+
+/// A ticket's receipt state: the remote one for mail to another host.
+fn ticket_receipt(t: &Value) -> String {
+    if t["remote"].is_object() {
+        s(&t["remote"]["state"])
+    } else {
+        s(&t["receipt"]["state"])
+    }
+}
+
+/// A time as RFC 3339 with how long ago, or `-`.
+fn when(ms: &Value) -> String {
+    match ms.as_u64() {
+        Some(m) => format!(
+            "{} ({} ago)",
+            fleetd_actors::clock::rfc3339(m),
+            ago(Some(m))
+        ),
+        None => "-".into(),
+    }
+}
+
+/// One ticket, for a person (`fleetd tickets ID`; `--json` prints the daemon's answer).
+fn print_ticket(t: &Value) {
+    say!(
+        "{} ({}) {} -> {}: {}",
+        s(&t["id"]),
+        s(&t["kind"]),
+        s(&t["from"]),
+        ticket_to(t),
+        s(&t["state"])
+    );
+    say!("  subject   {}", s(&t["subject"]));
+    say!("  opened    {}", when(&t["created_at"]));
+    say!(
+        "  expires   {}",
+        fleetd_actors::clock::rfc3339(t["expires_at"].as_u64().unwrap_or(0))
+    );
+    if t["remote"].is_object() {
+        let r = &t["remote"];
+        say!(
+            "  mail      to {}: {} (transmitted {}, delivered {})",
+            s(&r["host"]),
+            s(&r["state"]),
+            when(&r["transmitted_at"]),
+            when(&r["delivered_at"])
+        );
+    } else if t["receipt"].is_object() {
+        let r = &t["receipt"];
+        say!(
+            "  receipt   {} {} (queued {}, delivered {}){}",
+            s(&r["msg"]),
+            s(&r["state"]),
+            when(&r["queued_at"]),
+            when(&r["delivered_at"]),
+            r["note"]
+                .as_str()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        );
+    }
+    if t["origin"].is_object() {
+        say!(
+            "  from      lead@{} (their {})",
+            s(&t["origin"]["host"]),
+            s(&t["origin"]["ticket"])
+        );
+    }
+    for (label, key) in [("reply", "reply"), ("tail", "tail")] {
+        if let Some(text) = t[key]["text"].as_str() {
+            say!("  {label:<9} at {}", when(&t[key]["at"]));
+            for line in text.lines() {
+                say!("    {line}");
+            }
+        }
+    }
+    if let Some(late) = t["late"].as_array().filter(|l| !l.is_empty()) {
+        say!(
+            "  late      {} replies after the TTL (kept, refused)",
+            late.len()
+        );
+    }
+    if let Some(n) = t["note"].as_str() {
+        say!("  note      {n}");
+    }
+    say!(
+        "  acked     {}",
+        if t["acked"] == true { "yes" } else { "no" }
+    );
+}
+
 fn print_tickets(v: &Value) {
     let rows = v
         .as_array()
@@ -651,9 +787,9 @@ fn print_tickets(v: &Value) {
                 s(&t["id"]),
                 s(&t["kind"]),
                 s(&t["from"]),
-                s(&t["to"]),
+                ticket_to(t),
                 s(&t["state"]),
-                s(&t["receipt"]["state"]),
+                ticket_receipt(t),
                 ago(t["created_at"].as_u64()),
                 fleetd_actors::types::truncate(
                     &t["subject"].as_str().unwrap_or("").replace('\n', " "),
@@ -671,6 +807,20 @@ fn print_tickets(v: &Value) {
     );
 }
 
+/// A value's name as the API spells it (`queued`, `replied`), not Rust's (`Queued`).
+fn wire<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+/// An optional value for a person: the value, or `-`.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), |v| v.to_string())
+}
+
 fn describe_event(e: &fleetd_actors::events::Event) -> String {
     use fleetd_actors::events::EventKind as K;
     let body = match &e.kind {
@@ -680,8 +830,8 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             parent,
             pid,
             ..
-        } => format!("spawned {member} ({role}) by {parent}, pid {pid:?}"),
-        K::Adopted { member, pid } => format!("re-adopted {member}, pid {pid:?}"),
+        } => format!("spawned {member} ({role}) by {parent}, pid {}", opt(pid)),
+        K::Adopted { member, pid } => format!("re-adopted {member}, pid {}", opt(pid)),
         K::Status {
             member,
             from,
@@ -699,7 +849,8 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             ..
         } => {
             format!(
-                "{msg} to {target}: {state:?}{}",
+                "{msg} to {target}: {}{}",
+                wire(state),
                 note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
             )
         }
@@ -709,7 +860,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             to,
             state,
             ..
-        } => format!("{ticket} {from} -> {to}: {state:?}"),
+        } => format!("{ticket} {from} -> {to}: {}", wire(state)),
         K::Restarted {
             child,
             attempt,
@@ -777,7 +928,9 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             slot.as_ref()
                 .map(|s| format!(" by slot {s}"))
                 .unwrap_or_default(),
-            outcome.map(|o| format!(" ({o:?})")).unwrap_or_default(),
+            outcome
+                .map(|o| format!(" ({})", wire(&o)))
+                .unwrap_or_default(),
             seq.map(|s| format!(" [ledger #{s}]")).unwrap_or_default()
         ),
     };
@@ -1129,7 +1282,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             match id {
                 Some(id) => {
                     let v: Value = c.get(&format!("/tickets/{id}")).await.map_err(api)?;
-                    print_json(&v);
+                    if json {
+                        print_json(&v)
+                    } else {
+                        print_ticket(&v)
+                    }
                 }
                 None => {
                     let v: Value = c.get("/tickets").await.map_err(api)?;
@@ -1788,4 +1945,26 @@ pub fn config_check(file: Option<&Path>) -> anyhow::Result<()> {
 /// How long the shim keeps retrying a daemon that is down.
 pub fn reconnect(secs: u64) -> Duration {
     Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_operator;
+
+    #[test]
+    fn refusals_name_the_cli_command_not_the_tool() {
+        assert_eq!(
+            for_operator("a member name from fleet_list"),
+            "a member name from `fleetd list`"
+        );
+        assert_eq!(
+            for_operator("fleet_send to `w1`; see `fleet_status`"),
+            "`fleetd send` to `w1`; see `fleetd status`"
+        );
+        // Tools without a command of that name, and longer words, stay as they are.
+        assert_eq!(
+            for_operator("fleet_ask, fleet_sendx, fleet_decision"),
+            "fleet_ask, fleet_sendx, fleet_decision"
+        );
+    }
 }

@@ -344,11 +344,13 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
                 ok: false,
                 detail: detail.clone(),
             });
-            Err(FleetError::invalid(
-                "config reload",
-                detail,
-                "a config that passes `fleetd config check`",
-            ))
+            // Say once what would be accepted: the file's own error may already say it.
+            let accepted = if detail.contains(". Accepted: ") {
+                ""
+            } else {
+                "a config that passes `fleetd config check`"
+            };
+            Err(FleetError::invalid("config reload", detail, accepted))
         }
     }
 }

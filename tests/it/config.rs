@@ -106,6 +106,14 @@ async fn sighup_reloads_the_config_and_new_spawns_get_the_new_charter() {
         d.ask("w2", "sum: 1").await["reply"]["text"],
         "sum of 1 numbers = 1"
     );
+    // `fleetd reload` says what was refused and, once, what would be accepted.
+    let o = d.cli(&["reload"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("idle_ttl"), "{err}");
+    assert_eq!(err.matches("Accepted:").count(), 1, "{err}");
+    // The daemon's log is a file here: plain text, no colour codes.
+    assert!(!d.log().contains('\x1b'), "ANSI codes in the log file");
 }
 
 #[test]

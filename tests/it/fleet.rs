@@ -767,6 +767,26 @@ async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
         t.contains("t-1") && t.contains("replied") && t.contains("sum of 2 numbers = 3"),
         "{t}"
     );
+    // One ticket for a person: states as the API spells them, times as dates, no JSON.
+    let one = String::from_utf8_lossy(&d.cli(&["tickets", "t-1"]).stdout).to_string();
+    assert!(
+        one.starts_with("t-1 (send) operator -> w1: replied")
+            && one.contains("receipt   m-1 accepted")
+            && one.contains("sum of 2 numbers = 3")
+            && !one.contains('{'),
+        "{one}"
+    );
+    let v: Value = serde_json::from_slice(&d.cli(&["tickets", "t-1", "--json"]).stdout).unwrap();
+    assert_eq!(v["state"], "replied");
+    let e = String::from_utf8_lossy(&d.cli(&["events", "--count", "8"]).stdout).to_string();
+    assert!(
+        e.contains("m-1 to w1: accepted")
+            && e.contains("t-1 operator -> w1: open")
+            && !e.contains("Some(")
+            && !e.contains("Accepted")
+            && !e.contains("Open"),
+        "{e}"
+    );
     let s = String::from_utf8_lossy(&d.cli(&["status", "w1"]).stdout).to_string();
     assert!(s.contains("charter") && s.contains("sha256"), "{s}");
     let s: Value = serde_json::from_slice(&d.cli(&["status", "--json"]).stdout).unwrap();
@@ -792,6 +812,13 @@ async fn the_cli_prints_tables_for_people_and_json_for_scripts() {
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("there is no member `nobody`"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Addressed to the operator: the CLI command, not the MCP tool.
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("`fleetd list`")
+            && !String::from_utf8_lossy(&o.stderr).contains("fleet_"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
