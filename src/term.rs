@@ -125,6 +125,10 @@ fn nz(v: u16) -> NonZeroU16 {
     NonZeroU16::new(v).unwrap_or(NonZeroU16::MIN)
 }
 
+/// How long a host whose program exited waits for the daemon that launched it to connect
+/// for the first time (the program ran and ended before the daemon's connection was taken).
+const FIRST_CONNECTION_WAIT: Duration = Duration::from_secs(10);
+
 /// Run the PTY host until its program exits. Prints `ready PID` on stdout once the socket is
 /// bound and the program runs.
 pub fn run_host(args: HostArgs) -> anyhow::Result<()> {
@@ -257,6 +261,19 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
     // Pastes taken (their ids, oldest first) and the Enters still due (when, id).
     let mut pasted: std::collections::VecDeque<u64> = Default::default();
     let mut enters: std::collections::VecDeque<(tokio::time::Instant, u64)> = Default::default();
+    // Whether any daemon has connected since this host started.
+    let mut greeted = false;
+    let hello = |parser: &vt100::Parser, pasted: &std::collections::VecDeque<u64>| {
+        let (rows, cols) = parser.screen().size();
+        HostMsg::Hello {
+            pid,
+            host_pid,
+            rows: rows.get(),
+            cols: cols.get(),
+            snapshot: parser.screen().state_formatted().into_bytes(),
+            pasted: pasted.iter().copied().collect(),
+        }
+    };
 
     loop {
         // After the program exits, give its output a moment to drain, then finish.
@@ -264,6 +281,22 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
             && eof
         {
             let _ = write_exit_file(&args.exit_file, rec);
+            if conn.is_none() && !greeted {
+                // The daemon that launched us has not connected yet (a program that exits at
+                // once): wait for it, bounded, so it hears the exit and sees the output from us
+                // instead of finding the socket gone or reset.
+                if let Ok(Ok((stream, _))) =
+                    tokio::time::timeout(FIRST_CONNECTION_WAIT, listener.accept()).await
+                {
+                    let (r, mut w) = stream.into_split();
+                    if codec::write_frame(&mut w, &hello(&parser, &pasted))
+                        .await
+                        .is_ok()
+                    {
+                        conn = Some((r, w));
+                    }
+                }
+            }
             if let Some((_, w)) = conn.as_mut() {
                 let _ = codec::write_frame(
                     w,
@@ -345,17 +378,9 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
             }
             acc = listener.accept() => {
                 if let Ok((stream, _)) = acc {
+                    greeted = true;
                     let (r, mut w) = stream.into_split();
-                    let (rows, cols) = parser.screen().size();
-                    let hello = HostMsg::Hello {
-                        pid,
-                        host_pid,
-                        rows: rows.get(),
-                        cols: cols.get(),
-                        snapshot: parser.screen().state_formatted().into_bytes(),
-                        pasted: pasted.iter().copied().collect(),
-                    };
-                    if codec::write_frame(&mut w, &hello).await.is_ok() {
+                    if codec::write_frame(&mut w, &hello(&parser, &pasted)).await.is_ok() {
                         // A new daemon connection replaces the old one.
                         conn = Some((r, w));
                     }

@@ -972,3 +972,40 @@ async fn send_and_stop_from_the_cli_say_when_they_did_not_get_what_was_asked() {
         "a drain given up leaves it running: {m}"
     );
 }
+
+/// A command that exits at once is a member that ran and exited, every time: its PTY host waits
+/// for the daemon's first connection before it ends (it used to end first now and then, and the
+/// spawn failed with "Connection reset by peer ... this is a fleetd bug").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_that_exits_at_once_is_a_member_that_exited() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    for i in 0..30 {
+        let name = format!("t{i}");
+        let (cmd, code) = if i % 2 == 0 {
+            (vec!["true".to_string()], 0)
+        } else {
+            (
+                vec!["sh".into(), "-c".into(), "echo boom; exit 3".into()],
+                3,
+            )
+        };
+        d.client
+            .post::<Value>(
+                "/members",
+                &json!({"role": "worker", "name": name, "command": cmd, "profile": "generic"}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let e = ev
+            .until(
+                &format!("{name} exited"),
+                |e| matches!(&e.kind, EventKind::Exited { member, .. } if member.as_str() == name),
+            )
+            .await;
+        let EventKind::Exited { code: got, .. } = e.kind else {
+            unreachable!()
+        };
+        assert_eq!(got, Some(code), "{name}");
+    }
+}
