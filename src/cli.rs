@@ -88,12 +88,15 @@ pub enum Cmd {
     },
     /// List members and architect slots.
     List {
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Daemon status, or one member's.
     Status {
+        /// A member's name (see `fleetd list`); without it, the daemon's status.
         name: Option<String>,
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -152,22 +155,34 @@ pub enum Cmd {
         json: bool,
     },
     /// Attach this terminal to a member's (keys in, screen out); Ctrl-] detaches.
-    Attach { name: String },
+    Attach {
+        /// The member (see `fleetd list`).
+        name: String,
+    },
     /// Print a member's screen.
-    Screen { name: String },
+    Screen {
+        /// The member (see `fleetd list`).
+        name: String,
+    },
     /// Tickets (all for the operator; for a member, its own), or one ticket.
     Tickets {
+        /// One ticket's id (`t-N`): that ticket in full.
         id: Option<String>,
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Your unacknowledged tickets (run inside a member, or as the operator).
     Poll {
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// Acknowledge a resolved ticket.
-    Ack { ticket: String },
+    Ack {
+        /// The ticket id (`t-N`).
+        ticket: String,
+    },
     /// Follow the event stream (status changes, receipts, tickets, spawns).
     Events {
         /// Replay from after this sequence number (0 = everything the daemon still holds).
@@ -176,6 +191,7 @@ pub enum Cmd {
         /// Exit after this many events.
         #[arg(long)]
         count: Option<usize>,
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -212,6 +228,7 @@ pub enum Cmd {
         /// How long each sim worker "works".
         #[arg(long, default_value_t = 400)]
         work_ms: u64,
+        /// Give up (and fail) if the demo has not finished within this long.
         #[arg(long, default_value_t = 90)]
         timeout_secs: u64,
     },
@@ -230,6 +247,7 @@ pub enum Cmd {
     Reload,
     /// Peer hosts: each link's state (up/down since, last RTT, why it is down).
     Peers {
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -245,6 +263,7 @@ pub enum Cmd {
     },
     /// Create a host key (mode 0600) and KEYFILE.pub; prints the public key.
     Keygen {
+        /// Where to write the private key (KEYFILE.pub gets the public one); never overwritten.
         #[arg(long)]
         out: PathBuf,
     },
@@ -259,16 +278,19 @@ pub enum Cmd {
 pub enum DriftCmd {
     /// Append a signed line to an identity's log in a KB directory (no daemon needed).
     Append {
+        /// The KB directory (one `IDENTITY/DATE.jsonl` log per identity).
         #[arg(long)]
         kb: PathBuf,
         /// The host key to sign with (`fleetd keygen --out FILE`).
         #[arg(long)]
         key: PathBuf,
+        /// The identity whose log gets the line.
         #[arg(long)]
         identity: String,
         /// fencepost, reanchor, drift, first_contact or peer_consistency_alert.
         #[arg(long = "type")]
         kind: String,
+        /// The anchor's baseline text (fencepost, reanchor, first_contact).
         #[arg(long)]
         baseline: Option<String>,
         /// drift_delta as JSON (omit for null: a clean line).
@@ -290,8 +312,10 @@ pub enum DriftCmd {
     /// Evaluate every peer in a KB as SELF would at NOW, trusting only the given signer keys;
     /// prints one JSON object per peer. Exits 0 even when peers are untrusted.
     Check {
+        /// The KB directory to read.
         #[arg(long)]
         kb: PathBuf,
+        /// The identity doing the reading (its circle and its own log decide the gates).
         #[arg(long = "self")]
         reader: String,
         /// RFC 3339; default now.
@@ -303,11 +327,13 @@ pub enum DriftCmd {
         /// Circles, TTLs, skew, fleet-wide drift and `drift.trust` from a config file.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// The daemon's pullers' view of every peer, and the alerts.
     Peers {
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -317,12 +343,15 @@ pub enum DriftCmd {
 pub enum DecisionCmd {
     /// Every decision, newest first, with age and missing slots.
     List {
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
     /// One decision, whole: who said what in which round, timeouts, outcome, verdict.
     Show {
+        /// The decision's id (`d-N`, see `fleetd decision list`).
         id: String,
+        /// Print JSON (exactly what the daemon answered) instead of text for people.
         #[arg(long)]
         json: bool,
     },
@@ -333,6 +362,7 @@ pub enum LedgerCmd {
     /// Recompute the hash chain and check every checkpoint; exits non-zero at the first bad
     /// line (1), or on a torn final line (3).
     Verify {
+        /// The ledger file (`STATE_DIR/ledger.jsonl`).
         path: PathBuf,
         /// The host's public key (base64, a .pub file, or a signed-note verifier key); without
         /// it, `host.key.pub` beside the ledger if there is one.
@@ -357,10 +387,16 @@ pub enum ConfigCmd {
     /// Print the built-in default config, commented.
     Default,
     /// Check a config file (or the default); fails on any problem.
-    Check { file: Option<PathBuf> },
+    Check {
+        /// The config file; without it, the built-in default.
+        file: Option<PathBuf>,
+    },
     /// Print the effective config: FILE layered over the built-in default (what a daemon
     /// started with `--config FILE` runs), or the default alone.
-    Show { file: Option<PathBuf> },
+    Show {
+        /// The config file; without it, the built-in default.
+        file: Option<PathBuf>,
+    },
 }
 
 /// A command that ran and failed in a way with its own exit status (e.g. `send --wait` that
@@ -1950,6 +1986,36 @@ pub fn reconnect(secs: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::for_operator;
+
+    /// Every visible command, argument and flag says what it is in `--help`.
+    #[test]
+    fn every_argument_has_help_text() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                if s.is_hide_set() {
+                    continue;
+                }
+                let p = format!("{path} {}", s.get_name());
+                if s.get_about().is_none() && s.get_name() != "help" {
+                    missing.push(p.clone());
+                }
+                walk(s, &p, missing);
+            }
+        }
+        let mut missing = vec![];
+        walk(&super::Cli::command(), "fleetd", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 
     #[test]
     fn refusals_name_the_cli_command_not_the_tool() {

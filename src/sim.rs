@@ -47,6 +47,7 @@ pub enum Era {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
+    /// What the agent does with each message (a worker sums numbers; see the module doc).
     #[arg(long, value_enum, default_value_t = Script::Worker)]
     pub script: Script,
     /// How long each task "works", in milliseconds.

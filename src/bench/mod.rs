@@ -34,8 +34,8 @@ pub struct BenchArgs {
     /// What to measure: `fleet` (MCP and send paths), `ledger` (group-committed appends),
     /// `drift` (a puller pass over many peers with signed anchors), `link` (a request over a
     /// peer link against a raw quinn echo), `mail` (lead-to-lead mail between two daemons
-    /// against a raw quinn echo and redb commits) or `anchors` (one anchor pull of `--peers`
-    /// remote identities against a raw echo of the same bytes and bare signature checks) or
+    /// against a raw quinn echo and redb commits), `anchors` (one anchor pull of `--peers`
+    /// remote identities against a raw echo of the same bytes and bare signature checks), or
     /// `load` (a daemon with `--members` members, `--sse` event readers and `--queued` waiting
     /// messages: its memory, CPU and `status` latency at each stage).
     #[arg(value_enum, default_value_t = Which::Fleet)]
@@ -52,6 +52,7 @@ pub struct BenchArgs {
     /// Samples for the send -> PTY path (each waits for the agent to be idle again).
     #[arg(long, default_value_t = 200)]
     pub send_iterations: usize,
+    /// Print the figures as JSON (one stable document per run).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
