@@ -19,6 +19,15 @@ use serde_json::{Value, json};
 use crate::client::Client;
 use crate::daemon::Daemon;
 
+/// A line on stdout; a closed stdout (`fleetd demo | head -1`) is ignored, so the demo still
+/// stops its members and removes its state dir instead of dying mid-run.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 const BRIEF: &str = "Plan the work below: one worker per task, collect the answers, report back.\n\
 task: sum: 3 4 5 6 7\n\
 task: count words: the quick brown fox jumps over the lazy dog";
@@ -35,7 +44,7 @@ impl Narrator {
     }
 
     fn say(&self, s: &str) {
-        println!("  +{:>6.3}s  {s}", self.at());
+        out!("  +{:>6.3}s  {s}", self.at());
     }
 
     fn mark(&mut self, what: &'static str) {
@@ -104,18 +113,56 @@ impl Narrator {
     }
 }
 
-/// Run the demo; returns an error (and a non-zero exit) if the fleet did not finish.
-pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("fleetd-demo-")
-        .tempdir()
-        .context("temporary state dir")?;
+/// The first of SIGINT (Ctrl-C), SIGTERM or SIGHUP, by name.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    }
+}
+
+/// Run the demo in `state_dir` (kept afterwards), or in a temporary one (removed); returns an
+/// error (and a non-zero exit) if the fleet did not finish. Interrupted (Ctrl-C, SIGTERM,
+/// SIGHUP), it stops its members and the daemon, removes a temporary state dir, and fails with
+/// status 130.
+pub async fn run(
+    work_ms: u64,
+    timeout: Duration,
+    state_dir: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let temp = match &state_dir {
+        Some(_) => None,
+        None => Some(
+            tempfile::Builder::new()
+                .prefix("fleetd-demo-")
+                .tempdir()
+                .context("temporary state dir")?,
+        ),
+    };
+    let dir = match (&state_dir, &temp) {
+        (Some(d), _) => d.clone(),
+        (None, Some(t)) => t.path().to_path_buf(),
+        (None, None) => anyhow::bail!("no state dir for the demo"),
+    };
     let exe = std::env::current_exe()?;
-    println!(
-        "fleetd demo: a lead and two workers, all sim agents, in {}",
-        dir.path().display()
+    out!(
+        "fleetd demo: a lead and two workers, all sim agents, in {}{}",
+        dir.display(),
+        if temp.is_some() {
+            " (removed at the end)"
+        } else {
+            " (kept)"
+        }
     );
-    let daemon = Daemon::start(dir.path(), None, exe.clone()).await?;
+    let daemon = Daemon::start(&dir, None, exe.clone()).await?;
     let (_, mut events) = daemon.fleet.ctx.events.subscribe(0);
     let client = Client::new(&daemon.layout.state_dir);
     let mut n = Narrator {
@@ -123,7 +170,7 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
         tickets: BTreeMap::new(),
         marks: BTreeMap::new(),
     };
-    let result = async {
+    let work = async {
         let _: Value = client
             .post(
                 "/members",
@@ -131,14 +178,18 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
                     "command": [exe.display().to_string(), "sim-agent", "--script", "lead", "--work-ms", work_ms.to_string()]}),
             )
             .await?;
-        let sent: Value = client.post("/members/lead/messages", &json!({"message": BRIEF})).await?;
+        let sent: Value = client
+            .post("/members/lead/messages", &json!({"message": BRIEF}))
+            .await?;
         let brief: TicketId = sent["ticket"]["id"].as_str().unwrap_or("").parse()?;
         n.say(&format!("operator sent the brief to lead as {brief}"));
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let e = tokio::time::timeout_at(deadline, events.recv())
                 .await
-                .map_err(|_| anyhow::anyhow!("the fleet did not finish within {} s", timeout.as_secs()))?;
+                .map_err(|_| {
+                    anyhow::anyhow!("the fleet did not finish within {} s", timeout.as_secs())
+                })?;
             let Ok(e) = e else { continue };
             n.event(&e);
             if let EventKind::Ticket { ticket, state, .. } = &e.kind
@@ -150,11 +201,22 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
         }
         n.mark("brief answered");
         let t: Value = client.get(&format!("/tickets/{brief}")).await?;
-        let answer = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()).unwrap_or("(none)").to_string();
+        let answer = t["reply"]["text"]
+            .as_str()
+            .or(t["tail"]["text"].as_str())
+            .unwrap_or("(none)")
+            .to_string();
         let tickets: Value = client.get("/tickets").await?;
         anyhow::Ok((answer, tickets))
-    }
-    .await;
+    };
+    let mut stopped_by = None;
+    let result = tokio::select! {
+        r = work => r,
+        sig = interrupted() => {
+            stopped_by = Some(sig);
+            Err(anyhow::anyhow!("interrupted by {sig}"))
+        }
+    };
     // Stop whatever is still running, then the daemon.
     let members: Value = client.get("/members").await.unwrap_or(Value::Null);
     for m in members["members"].as_array().cloned().unwrap_or_default() {
@@ -170,13 +232,29 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
     let state_dir = daemon.layout.state_dir.clone();
     let host_key = daemon.fleet.ctx.host_key.verifying_key();
     let code = daemon.shutdown().await;
+    if let Some(sig) = stopped_by {
+        let kept = temp.is_none();
+        drop(temp);
+        return Err(crate::cli::Failed::new(
+            130,
+            format!(
+                "demo interrupted by {sig}: its members and daemon are stopped{}",
+                if kept {
+                    format!(", its state is kept in {}", dir.display())
+                } else {
+                    ", its state dir removed".into()
+                }
+            ),
+        )
+        .into());
+    }
     let (answer, tickets) = result?;
-    println!();
-    println!("The lead's answer to the operator:\n  {answer}");
-    println!();
-    println!("Tickets:");
+    out!();
+    out!("The lead's answer to the operator:\n  {answer}");
+    out!();
+    out!("Tickets:");
     for t in tickets.as_array().cloned().unwrap_or_default() {
-        println!(
+        out!(
             "  {:<5} {:<9} -> {:<9} {:<8} {}",
             t["id"].as_str().unwrap_or(""),
             t["from"].as_str().unwrap_or(""),
@@ -193,10 +271,10 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
         fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock),
     );
     let reports = fleetd_actors::drift::gates::evaluate_all(&ix, Some("lead"), &p);
-    println!();
-    println!("Drift (signed anchors in STATE_DIR/kb, gates G1-G4 as the lead reads them):");
+    out!();
+    out!("Drift (signed anchors in STATE_DIR/kb, gates G1-G4 as the lead reads them):");
     for r in &reports {
-        println!(
+        out!(
             "  {:<9} {:<9} anchor {:?}, G1 {}, G2 {}, G3 {} ({}), G4 {}",
             r.peer,
             r.verdict,
@@ -208,14 +286,14 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
             r.g4
         );
     }
-    println!();
+    out!();
     let m = |k: &str| {
         n.marks
             .get(k)
             .map(|v| format!("{v:.2} s"))
             .unwrap_or_else(|| "-".into())
     };
-    println!(
+    out!(
         "Timings: lead ready {}, brief delivered {}, workers spawned {}, brief answered {} (total {:.2} s).",
         m("lead ready"),
         m("brief delivered"),
@@ -235,6 +313,6 @@ pub async fn run(work_ms: u64, timeout: Duration) -> anyhow::Result<()> {
                 .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
         "the workers' drift anchors did not come out trusted by consensus"
     );
-    println!("demo ok");
+    out!("demo ok");
     Ok(())
 }

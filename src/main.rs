@@ -153,6 +153,7 @@ fn main() -> ExitCode {
             runtime()?.block_on(fleetd::demo::run(
                 work_ms,
                 std::time::Duration::from_secs(timeout_secs),
+                cli.state_dir.clone(),
             ))?;
             Ok(0)
         }

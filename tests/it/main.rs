@@ -5,6 +5,7 @@ mod anchors;
 mod common;
 mod config;
 mod crash;
+mod demo;
 mod drift;
 mod durability;
 mod fleet;
