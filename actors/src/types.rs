@@ -131,7 +131,7 @@ impl MemberName {
 
     pub fn new(s: &str) -> Result<Self, FleetError> {
         let accepted =
-            "1-32 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, not `operator`";
+            "1-32 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, not `operator` or `fleetd`";
         let ok_first = s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
         let ok_rest = s
             .chars()
@@ -147,6 +147,13 @@ impl MemberName {
             return Err(FleetError::invalid(
                 "member name `operator`",
                 "the name is reserved for the operator",
+                accepted,
+            ));
+        }
+        if s == FLEETD {
+            return Err(FleetError::invalid(
+                "member name `fleetd`",
+                "the name is reserved for the daemon itself (what it sends, e.g. drift alerts, is from `fleetd`)",
                 accepted,
             ));
         }
@@ -234,7 +241,11 @@ prefixed_id!(TicketId, "t", "ticket");
 prefixed_id!(MsgId, "m", "message");
 prefixed_id!(DecisionId, "d", "decision");
 
-/// Who sent something: the operator (CLI/REST outside every member) or a member.
+/// How the daemon itself is named as a sender.
+pub const FLEETD: &str = "fleetd";
+
+/// Who sent something: the operator (CLI/REST outside every member), a member, another host's
+/// lead, or the daemon itself.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Party {
     Operator,
@@ -244,13 +255,15 @@ pub enum Party {
         member: MemberName,
         host: String,
     },
+    /// The daemon itself (e.g. a drift alert to the lead), shown as `fleetd`.
+    Fleetd,
 }
 
 impl Party {
     /// A local member, if this is one.
     pub fn member(&self) -> Option<&MemberName> {
         match self {
-            Party::Operator | Party::Remote { .. } => None,
+            Party::Operator | Party::Remote { .. } | Party::Fleetd => None,
             Party::Member(m) => Some(m),
         }
     }
@@ -266,6 +279,10 @@ impl Party {
 
 /// A peer host's name: the same alphabet as a member name.
 pub fn host_name(s: &str) -> Result<String, FleetError> {
+    // A host may be called `fleetd`; only members may not.
+    if s == FLEETD {
+        return Ok(s.to_string());
+    }
     MemberName::new(s).map(|m| m.0).map_err(|_| {
         FleetError::invalid(
             format!("host name `{}`", truncate(s, 40)),
@@ -279,6 +296,7 @@ impl fmt::Display for Party {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Party::Operator => f.write_str("operator"),
+            Party::Fleetd => f.write_str(FLEETD),
             Party::Member(m) => f.write_str(m.as_str()),
             Party::Remote { member, host } => write!(f, "{member}@{host}"),
         }
@@ -296,6 +314,8 @@ impl<'de> Deserialize<'de> for Party {
         let s = String::deserialize(d)?;
         if s == "operator" {
             Ok(Party::Operator)
+        } else if s == FLEETD {
+            Ok(Party::Fleetd)
         } else if let Some((m, h)) = s.split_once('@') {
             Ok(Party::Remote {
                 member: MemberName::new(m).map_err(serde::de::Error::custom)?,
@@ -417,5 +437,13 @@ mod tests {
         assert_eq!(r.host(), Some("beta"));
         assert!(serde_json::from_str::<Party>("\"lead@\"").is_err());
         assert!(serde_json::from_str::<Party>("\"a@b@c\"").is_err());
+        // The daemon itself: its own name, which no member may take (a host may).
+        assert_eq!(serde_json::to_string(&Party::Fleetd).unwrap(), "\"fleetd\"");
+        assert_eq!(
+            serde_json::from_str::<Party>("\"fleetd\"").unwrap(),
+            Party::Fleetd
+        );
+        assert!(MemberName::new("fleetd").is_err());
+        assert_eq!(host_name("fleetd").unwrap(), "fleetd");
     }
 }

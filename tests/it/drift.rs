@@ -319,10 +319,12 @@ async fn a_flip_to_a_forbidden_role_alerts_the_lead_within_a_heartbeat() {
         passes_between <= 1,
         "{passes_between} passes completed before the alert"
     );
-    // The lead receives it in its terminal, as a message without a ticket.
+    // The lead receives it in its terminal, as a message without a ticket, from the daemon
+    // itself (not from the operator).
     ev.after(mark, "the alert delivered to the lead", |e| {
-        matches!(&e.kind, EventKind::Receipt { target, ticket: None, state, .. }
-            if target.as_str() == "lead" && serde_json::to_value(state).unwrap() == "delivered")
+        matches!(&e.kind, EventKind::Receipt { target, ticket: None, state, from, .. }
+            if target.as_str() == "lead" && serde_json::to_value(state).unwrap() == "delivered"
+                && from.to_string() == "fleetd")
     })
     .await;
     let forbidden = |a: &&Value| {

@@ -201,7 +201,7 @@ pub async fn notify_lead(ctx: &Arc<Ctx>, text: &str) {
     let msg = Message {
         id: ctx.alloc_msg_id(),
         target: lead.name.clone(),
-        from: Party::Operator,
+        from: Party::Fleetd,
         ticket: None,
         body: crate::types::truncate(
             text,
