@@ -130,8 +130,7 @@ impl MemberName {
     pub const MAX_LEN: usize = 32;
 
     pub fn new(s: &str) -> Result<Self, FleetError> {
-        let accepted =
-            "1-32 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, not `operator` or `fleetd`";
+        let accepted = "1-32 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit, not `operator` or `fleetd`";
         let ok_first = s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
         let ok_rest = s
             .chars()
