@@ -219,14 +219,16 @@ impl Actor for ApiActor {
             ),
             None => None,
         };
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let api = rest::Api {
             fleet: a.fleet.clone(),
             reload: a.reload.clone(),
             shutdown: token.clone(),
             token: tcp_token,
+            metrics: metrics.clone(),
         };
         let app = rest::router(api, config.limits.max_request_bytes);
-        let mut tasks = vec![];
+        let mut tasks = vec![metrics.follow(&a.fleet)];
         let rest_l = bind_private(&a.layout.api_socket())
             .map_err(|e| format!("{}: {e}", a.layout.api_socket().display()))?;
         let (app1, t1) = (app.clone(), token.clone());

@@ -17,6 +17,7 @@ pub mod doctor;
 pub mod identity;
 pub mod link;
 pub mod mcp;
+pub mod metrics;
 pub mod rest;
 pub mod sim;
 pub mod term;

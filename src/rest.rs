@@ -75,6 +75,8 @@ pub struct Api {
     >,
     pub shutdown: CancellationToken,
     pub token: Option<String>,
+    /// `GET /metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Api {
@@ -213,6 +215,7 @@ pub fn router(api: Api, max_body: usize) -> Router {
         .route("/alerts", get(alerts))
         .route("/drift", get(drift))
         .route("/peers", get(peers))
+        .route("/metrics", get(metrics))
         .route("/decisions", get(decisions))
         .route("/decisions/{id}", get(decision));
     let r = if cfg!(debug_assertions) {
@@ -599,6 +602,24 @@ async fn peers(
             &ctx.remote_anchors.read().unwrap_or_else(|p| p.into_inner())
         ),
     })))
+}
+
+/// `GET /metrics`: the Prometheus/OpenMetrics text exposition (see `crate::metrics`).
+async fn metrics(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> Result<Response, ApiError> {
+    let c = api.caller(&peer);
+    fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "metrics")?;
+    let body = api.metrics.render(&api.fleet).await;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
 }
 
 async fn decisions(

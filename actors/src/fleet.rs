@@ -1996,6 +1996,26 @@ impl Fleet {
         Ok(MemberView::from(&rec))
     }
 
+    /// How many messages wait for `name` (the one being delivered included); `None` when it
+    /// has no injector (exited). For metrics: no authorization, no member text.
+    pub async fn queue_depth(&self, name: &MemberName) -> Option<usize> {
+        let i = self.ctx.dir.injector(name)?;
+        let q = i
+            .call(|reply| InjectorMsg::Queue { reply }, CALL)
+            .await
+            .ok()?;
+        Some(q.queued.len() + usize::from(q.in_flight.is_some()))
+    }
+
+    /// Entries in the decision ledger, if its writer answers. For metrics.
+    pub async fn ledger_entries(&self) -> Option<u64> {
+        let l = self.ctx.dir.ledger().ok()?;
+        l.call(|reply| LedgerMsg::Status { reply }, CALL)
+            .await
+            .ok()
+            .map(|s| s.entries)
+    }
+
     /// Wait until `name` has nothing queued or in flight and is idle (bounded by the ticket TTL).
     async fn drain(&self, name: &MemberName) -> Result<(), FleetError> {
         let (_, mut rx) = self.ctx.events.subscribe(u64::MAX);

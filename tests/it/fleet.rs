@@ -1009,3 +1009,77 @@ async fn a_command_that_exits_at_once_is_a_member_that_exited() {
         assert_eq!(got, Some(code), "{name}");
     }
 }
+
+/// `GET /metrics`: members by status and role, receipts by state, the time-to-reply histogram,
+/// in the OpenMetrics text format. Read by Prometheus' own parser (the Python client's, when
+/// .ci/run provides it in FLEETD_PROMETHEUS_PYTHON) and checked line by line here.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_the_fleet_in_the_prometheus_format() {
+    let d = D::start().await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    ev.status("w1", "idle").await;
+    assert_eq!(
+        d.ask("w1", "sum: 2 3").await["reply"]["text"],
+        "sum of 2 numbers = 5"
+    );
+    let body = d.client.get_text("/metrics").await.unwrap();
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    let sample = regex::Regex::new(
+        r#"^fleetd_[a-z_]+(\{[a-z_]+="[^"\\]*"(,[a-z_]+="[^"\\]*")*\})? -?[0-9.e+-]+$|^# (HELP|TYPE) fleetd_[a-z_]+ .+$|^# EOF$"#,
+    )
+    .unwrap();
+    for l in body.lines() {
+        assert!(sample.is_match(l), "not an OpenMetrics line: {l:?}");
+    }
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("fleetd_spawns_total"), 1.0);
+    assert_eq!(value(r#"fleetd_receipts_total{state="accepted"}"#), 1.0);
+    assert_eq!(
+        value(r#"fleetd_tickets_resolved_total{state="replied"}"#),
+        1.0
+    );
+    assert_eq!(value("fleetd_ticket_reply_seconds_count"), 1.0);
+    assert!(value("fleetd_ticket_reply_seconds_sum") > 0.0);
+    assert_eq!(value("fleetd_tickets_open"), 0.0);
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("fleetd_members{") && l.contains(r#"role="worker""#)),
+        "{body}"
+    );
+    if let Some(py) = std::env::var_os("FLEETD_PROMETHEUS_PYTHON") {
+        let script = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+names = {f.name for f in text_string_to_metric_families(sys.stdin.read())}
+need = {"fleetd_receipts", "fleetd_ticket_reply_seconds", "fleetd_members", "fleetd_spawns"}
+missing = need - names
+assert not missing, f"missing {missing} in {sorted(names)}"
+print(len(names))
+"#;
+        let mut c = std::process::Command::new(py)
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut c.stdin.take().unwrap(), body.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "Prometheus' parser refused it: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    } else {
+        eprintln!(
+            "NOTE: FLEETD_PROMETHEUS_PYTHON unset: checked here only, not by Prometheus' parser"
+        );
+    }
+}
