@@ -228,7 +228,7 @@ impl Actor for ApiActor {
             metrics: metrics.clone(),
         };
         let app = rest::router(api, config.limits.max_request_bytes);
-        let mut tasks = vec![metrics.follow(&a.fleet)];
+        let mut tasks = vec![metrics.follow(&a.fleet, token.clone())];
         let rest_l = bind_private(&a.layout.api_socket())
             .map_err(|e| format!("{}: {e}", a.layout.api_socket().display()))?;
         let (app1, t1) = (app.clone(), token.clone());

@@ -182,14 +182,22 @@ impl Metrics {
         }
     }
 
-    /// Follow the event bus until it closes.
-    pub fn follow(self: Arc<Self>, fleet: &Fleet) -> tokio::task::JoinHandle<()> {
+    /// Follow the event bus until it closes or `stop` is cancelled.
+    pub fn follow(
+        self: Arc<Self>,
+        fleet: &Fleet,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         let (_, mut rx) = fleet.ctx.events.subscribe(u64::MAX);
         tokio::spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
             let mut opened = Opened::default();
             loop {
-                match rx.recv().await {
+                let next = tokio::select! {
+                    r = rx.recv() => r,
+                    _ = stop.cancelled() => return,
+                };
+                match next {
                     Ok(e) => self.count(&e.kind, e.at, &mut opened),
                     Err(RecvError::Lagged(n)) => {
                         self.missed.inc_by(n);
