@@ -188,36 +188,73 @@ struct AttachQuery {
     cols: Option<u16>,
 }
 
+#[derive(utoipa::OpenApi)]
+#[openapi(info(
+    title = "fleetd REST API",
+    description = "The operator's API on STATE_DIR/api.sock (and the optional loopback TCP listener, with `Authorization: Bearer TOKEN`). Callers are identified by their process; refusals are `{error: {kind, refused, why, accepted, rule?}}`. Shapes: docs/REST.md."
+))]
+struct ApiDoc;
+
+/// The routes and the OpenAPI document describing them, built from the same definitions
+/// (each handler's `#[utoipa::path]`), so neither can list a route the other lacks.
+fn documented_routes() -> (Router<Api>, utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    use utoipa_axum::{router::OpenApiRouter, routes};
+    let (r, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(status))
+        .routes(routes!(whoami))
+        .routes(routes!(list, spawn))
+        .routes(routes!(member, stop))
+        .routes(routes!(send))
+        .routes(routes!(screen))
+        .routes(routes!(input))
+        .routes(routes!(attach))
+        .routes(routes!(tickets))
+        .routes(routes!(ticket))
+        .routes(routes!(reply))
+        .routes(routes!(ack))
+        .routes(routes!(poll))
+        .routes(routes!(message))
+        .routes(routes!(signal))
+        .routes(routes!(agents))
+        .routes(routes!(events))
+        .routes(routes!(reload))
+        .routes(routes!(kb_dates))
+        .routes(routes!(kb_file))
+        .routes(routes!(alerts))
+        .routes(routes!(drift))
+        .routes(routes!(peers))
+        .routes(routes!(metrics))
+        .routes(routes!(decisions))
+        .routes(routes!(decision))
+        .routes(routes!(openapi_json))
+        .split_for_parts();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    (r, doc)
+}
+
+/// The OpenAPI document of this daemon's REST API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented_routes().1
+}
+
+static OPENAPI_JSON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `GET /openapi.json`: this API's OpenAPI 3.1 document, generated from the route definitions.
+#[utoipa::path(get, path = "/openapi.json", tag = "daemon", responses((status = 200, description = "the OpenAPI document")))]
+async fn openapi_json() -> Response {
+    let body = OPENAPI_JSON
+        .get_or_init(|| openapi().to_json().unwrap_or_default())
+        .clone();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 /// Build the router.
 pub fn router(api: Api, max_body: usize) -> Router {
-    let r = Router::new()
-        .route("/status", get(status))
-        .route("/whoami", get(whoami))
-        .route("/members", get(list).post(spawn))
-        .route("/members/{name}", get(member).delete(stop))
-        .route("/members/{name}/messages", post(send))
-        .route("/members/{name}/screen", get(screen))
-        .route("/members/{name}/input", post(input))
-        .route("/members/{name}/attach", get(attach))
-        .route("/tickets", get(tickets))
-        .route("/tickets/{id}", get(ticket))
-        .route("/tickets/{id}/reply", post(reply))
-        .route("/tickets/{id}/ack", post(ack))
-        .route("/poll", get(poll))
-        .route("/messages/{id}", get(message))
-        .route("/signal", post(signal))
-        .route("/agents", get(agents))
-        .route("/events", get(events))
-        .route("/config/reload", post(reload))
-        .route("/kb/fleet/drift/{identity}", get(kb_dates))
-        .route("/kb/fleet/drift/{identity}/", get(kb_dates))
-        .route("/kb/fleet/drift/{identity}/{file}", get(kb_file))
-        .route("/alerts", get(alerts))
-        .route("/drift", get(drift))
-        .route("/peers", get(peers))
-        .route("/metrics", get(metrics))
-        .route("/decisions", get(decisions))
-        .route("/decisions/{id}", get(decision));
+    // The same KB listing with a trailing slash (as a directory): an alias, not in the document.
+    let r = documented_routes()
+        .0
+        .route("/kb/fleet/drift/{identity}/", get(kb_dates));
     let r = if cfg!(debug_assertions) {
         r.route("/debug/fault", post(fault))
     } else {
@@ -265,6 +302,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+#[utoipa::path(get, path = "/status", tag = "daemon", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn status(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -274,6 +312,7 @@ async fn status(
     Ok(Json(serde_json::to_value(s).unwrap_or_default()))
 }
 
+#[utoipa::path(get, path = "/whoami", tag = "daemon", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn whoami(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -284,6 +323,7 @@ async fn whoami(
     ))
 }
 
+#[utoipa::path(get, path = "/members", tag = "members", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn list(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -294,6 +334,7 @@ async fn list(
     ))
 }
 
+#[utoipa::path(post, path = "/members", tag = "members", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn spawn(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -328,6 +369,7 @@ async fn spawn(
     ))
 }
 
+#[utoipa::path(get, path = "/members/{name}", tag = "members", params(("name" = String, Path, description = "a member's name")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn member(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -339,6 +381,7 @@ async fn member(
     ))
 }
 
+#[utoipa::path(delete, path = "/members/{name}", tag = "members", params(("name" = String, Path, description = "a member's name"), ("drain" = Option<bool>, Query, description = "let it work through its queue first")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn stop(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -352,6 +395,7 @@ async fn stop(
     ))
 }
 
+#[utoipa::path(post, path = "/members/{name}/messages", tag = "messages", params(("name" = String, Path, description = "a member's name")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn send(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -373,6 +417,7 @@ async fn send(
     Ok(Json(serde_json::to_value(r).unwrap_or_default()))
 }
 
+#[utoipa::path(get, path = "/members/{name}/screen", tag = "members", params(("name" = String, Path, description = "a member's name")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn screen(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -394,6 +439,7 @@ async fn screen(
     Ok(d.slot_view.map(|v| v.screen).unwrap_or_default())
 }
 
+#[utoipa::path(post, path = "/members/{name}/input", tag = "members", params(("name" = String, Path, description = "a member's name")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn input(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -406,6 +452,7 @@ async fn input(
     Ok(Json(serde_json::json!({"ok": true})))
 }
 
+#[utoipa::path(get, path = "/tickets", tag = "tickets", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn tickets(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -416,6 +463,7 @@ async fn tickets(
     ))
 }
 
+#[utoipa::path(get, path = "/tickets/{id}", tag = "tickets", params(("id" = String, Path, description = "an id such as t-3, m-7 or d-2")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn ticket(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -427,6 +475,7 @@ async fn ticket(
     ))
 }
 
+#[utoipa::path(post, path = "/tickets/{id}/reply", tag = "tickets", params(("id" = String, Path, description = "an id such as t-3, m-7 or d-2")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn reply(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -440,6 +489,7 @@ async fn reply(
     ))
 }
 
+#[utoipa::path(post, path = "/tickets/{id}/ack", tag = "tickets", params(("id" = String, Path, description = "an id such as t-3, m-7 or d-2")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn ack(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -450,6 +500,7 @@ async fn ack(
     Ok(Json(serde_json::json!({"acked": id})))
 }
 
+#[utoipa::path(get, path = "/poll", tag = "tickets", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn poll(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -460,6 +511,7 @@ async fn poll(
     ))
 }
 
+#[utoipa::path(get, path = "/messages/{id}", tag = "messages", params(("id" = String, Path, description = "an id such as t-3, m-7 or d-2")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn message(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -471,6 +523,7 @@ async fn message(
     ))
 }
 
+#[utoipa::path(post, path = "/signal", tag = "members", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn signal(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -486,6 +539,7 @@ async fn signal(
     Ok(Json(serde_json::to_value(ack).unwrap_or_default()))
 }
 
+#[utoipa::path(get, path = "/kb/fleet/drift/{identity}", tag = "drift", params(("identity" = String, Path, description = "a drift identity")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /kb/fleet/drift/{identity}/`: the dates of an identity's drift logs (read-only KB).
 async fn kb_dates(
     State(api): State<Api>,
@@ -510,6 +564,7 @@ async fn kb_dates(
     Ok(Json(serde_json::json!(dates)))
 }
 
+#[utoipa::path(get, path = "/kb/fleet/drift/{identity}/{file}", tag = "drift", params(("identity" = String, Path, description = "a drift identity"), ("file" = String, Path, description = "a KB file, DATE.jsonl")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /kb/fleet/drift/{identity}/{date}.jsonl`: one log, as stored.
 async fn kb_file(
     State(api): State<Api>,
@@ -550,6 +605,7 @@ async fn kb_file(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
 }
 
+#[utoipa::path(get, path = "/alerts", tag = "drift", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn alerts(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -560,6 +616,7 @@ async fn alerts(
     ))
 }
 
+#[utoipa::path(get, path = "/drift", tag = "drift", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn drift(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -570,6 +627,7 @@ async fn drift(
     ))
 }
 
+#[utoipa::path(get, path = "/agents", tag = "daemon", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /agents`: the agent profiles, whether their CLIs are installed and verified.
 async fn agents(
     State(api): State<Api>,
@@ -583,6 +641,7 @@ async fn agents(
     ))
 }
 
+#[utoipa::path(get, path = "/peers", tag = "peers", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /peers`: this host and the reachability of every peer host.
 async fn peers(
     State(api): State<Api>,
@@ -604,6 +663,7 @@ async fn peers(
     })))
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "daemon", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /metrics`: the Prometheus/OpenMetrics text exposition (see `crate::metrics`).
 async fn metrics(
     State(api): State<Api>,
@@ -622,6 +682,7 @@ async fn metrics(
         .into_response())
 }
 
+#[utoipa::path(get, path = "/decisions", tag = "decisions", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn decisions(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -632,6 +693,7 @@ async fn decisions(
     ))
 }
 
+#[utoipa::path(get, path = "/decisions/{id}", tag = "decisions", params(("id" = String, Path, description = "an id such as t-3, m-7 or d-2")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn decision(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -643,6 +705,7 @@ async fn decision(
     ))
 }
 
+#[utoipa::path(post, path = "/config/reload", tag = "daemon", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 async fn reload(
     State(api): State<Api>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -677,6 +740,7 @@ async fn fault(
     Ok(Json(serde_json::json!({"injected": b.target})))
 }
 
+#[utoipa::path(get, path = "/events", tag = "daemon", params(("since" = Option<u64>, Query, description = "replay after this sequence number")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /events?since=N`: an SSE stream of every event after sequence N (replayed from the
 /// daemon's ring of recent events), then live. Ends when the daemon shuts down.
 async fn events(
@@ -750,6 +814,7 @@ fn live_until(
     )
 }
 
+#[utoipa::path(get, path = "/members/{name}/attach", tag = "members", params(("name" = String, Path, description = "a member's name"), ("rows" = Option<u16>, Query, description = "terminal rows"),("cols" = Option<u16>, Query, description = "terminal columns")), responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
 /// `GET /members/{name}/attach` with `Upgrade: fleetd-attach`: after the 101, the connection
 /// carries the terminal: the current screen, then its output; bytes sent are keys.
 async fn attach(

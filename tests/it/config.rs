@@ -299,3 +299,52 @@ async fn a_partial_config_is_layered_over_the_default() {
         .expect("an architect on a built-in slot");
     assert!(a["slot"].is_string(), "{a}");
 }
+
+/// `GET /openapi.json` is an OpenAPI 3.1 document generated from the route definitions, and it
+/// lists exactly the routes docs/REST.md documents (the debug-only fault route aside).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_openapi_document_and_rest_md_list_the_same_routes() {
+    let d = D::start().await;
+    let text = d.client.get_text("/openapi.json").await.unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert!(
+        doc["openapi"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.1")),
+        "{}",
+        doc["openapi"]
+    );
+    let mut served = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().unwrap().keys() {
+            served.insert(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/REST.md")).unwrap();
+    let row = regex::Regex::new(r"(?m)^\| `(GET|POST|DELETE|PUT|PATCH) ([^`?\[ ]+)").unwrap();
+    let documented: std::collections::BTreeSet<String> = row
+        .captures_iter(&md)
+        .map(|c| format!("{} {}", &c[1], c[2].trim_end_matches('/')))
+        .filter(|r| r != "POST /debug/fault")
+        .collect();
+    assert_eq!(
+        served, documented,
+        "left: in /openapi.json, right: in docs/REST.md"
+    );
+    // Each path parameter is declared, as OpenAPI requires.
+    let param = regex::Regex::new(r"\{([a-z_]+)\}").unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for cap in param.captures_iter(path) {
+                let declared = op["parameters"]
+                    .as_array()
+                    .is_some_and(|ps| ps.iter().any(|p| p["name"] == cap[1] && p["in"] == "path"));
+                assert!(
+                    declared,
+                    "{method} {path}: path parameter {} undeclared",
+                    &cap[1]
+                );
+            }
+        }
+    }
+}
