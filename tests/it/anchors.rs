@@ -164,7 +164,7 @@ async fn an_equivocating_host_is_caught_and_both_other_leads_are_alerted_with_th
         // The lead was told.
         e.until("the lead gets the alert", |x| {
             matches!(&x.kind, EventKind::Receipt { target, from, ticket: None, .. }
-                if target.as_str() == "lead" && from.to_string() == "operator")
+                if target.as_str() == "lead" && from.to_string() == "fleetd")
         })
         .await;
         // The proof is kept on disk.
