@@ -223,6 +223,32 @@ impl Drop for Readers {
     }
 }
 
+/// Run `job(0..total)` on `workers` tasks, each taking the next index; the first error ends it.
+async fn concurrently<F, Fut>(workers: usize, total: usize, job: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = vec![];
+    for _ in 0..workers.max(1) {
+        let (next, job) = (next.clone(), job.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= total {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                job(i).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
     /// Cheap members to spawn (`cat`, generic profile).
@@ -262,18 +288,11 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
     let spawned = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let marks = Arc::new(std::sync::Mutex::new(Vec::<Duration>::new()));
-    let mut tasks = vec![];
-    let next = Arc::new(AtomicU64::new(0));
-    for _ in 0..a.spawners.max(1) {
-        let (client, spawned, marks, next) =
-            (client.clone(), spawned.clone(), marks.clone(), next.clone());
-        let total = a.members as u64;
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    return Ok::<(), anyhow::Error>(());
-                }
+    {
+        let (client, spawned, marks) = (client.clone(), spawned.clone(), marks.clone());
+        concurrently(a.spawners, a.members, move |i| {
+            let (client, spawned, marks) = (client.clone(), spawned.clone(), marks.clone());
+            async move {
                 let _: Value = client
                     .post(
                         "/members",
@@ -287,11 +306,10 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
                 {
                     m.push(started.elapsed());
                 }
+                Ok(())
             }
-        }));
-    }
-    for t in tasks {
-        t.await??;
+        })
+        .await?;
     }
     let spawn_time = started.elapsed();
     let mut idle = std::collections::HashSet::new();
@@ -353,17 +371,11 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("spawn busy: {e}"))?;
     let queueing = Instant::now();
-    let mut tasks = vec![];
-    let next = Arc::new(AtomicU64::new(0));
-    for _ in 0..16 {
-        let (client, next) = (client.clone(), next.clone());
-        let total = a.queued as u64;
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    return Ok::<(), anyhow::Error>(());
-                }
+    {
+        let client = client.clone();
+        concurrently(16, a.queued, move |i| {
+            let client = client.clone();
+            async move {
                 let _: Value = client
                     .post(
                         "/members/busy/messages",
@@ -371,11 +383,10 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
                     )
                     .await
                     .map_err(|e| anyhow::anyhow!("send {i}: {e}"))?;
+                Ok(())
             }
-        }));
-    }
-    for t in tasks {
-        t.await??;
+        })
+        .await?;
     }
     let queue_time = queueing.elapsed();
     let busy: Value = client

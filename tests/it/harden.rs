@@ -511,10 +511,10 @@ fn never_idle() -> Vec<String> {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() {
+/// A daemon whose queues hold `max_queue` messages, with `busy`, a member that never goes idle.
+async fn with_a_busy_member(max_queue: usize) -> D {
     let mut cfg = test_config();
-    cfg.injector.max_queue = 20_000;
+    cfg.injector.max_queue = max_queue;
     let d = D::with(cfg).await;
     d.client
         .post::<serde_json::Value>(
@@ -523,6 +523,12 @@ async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() 
         )
         .await
         .unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() {
+    let d = with_a_busy_member(20_000).await;
     d.spawn("w2", "worker", sim(&[])).await;
     let n = 10_000usize;
     let client = std::sync::Arc::new(fleetd::client::Client::new(&d.state));
@@ -603,16 +609,7 @@ async fn stopping_a_member_with_ten_thousand_queued_does_not_stall_the_others() 
 /// tickets undeliverable: a listing right after it shows none open.
 #[tokio::test(flavor = "multi_thread")]
 async fn when_a_stop_returns_its_queued_tickets_are_settled() {
-    let mut cfg = test_config();
-    cfg.injector.max_queue = 2_000;
-    let d = D::with(cfg).await;
-    d.client
-        .post::<serde_json::Value>(
-            "/members",
-            &json!({"role": "worker", "name": "busy", "command": never_idle(), "profile": "generic"}),
-        )
-        .await
-        .unwrap();
+    let d = with_a_busy_member(2_000).await;
     let n = 1_000usize;
     let client = std::sync::Arc::new(fleetd::client::Client::new(&d.state));
     let mut tasks = vec![];
