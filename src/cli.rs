@@ -245,6 +245,13 @@ pub enum Cmd {
     Fault { target: String },
     /// Reload the daemon's config file (same as SIGHUP).
     Reload,
+    /// The fleet in a browser, read-only and live: serves a page on a loopback port and prints
+    /// a link that works once (it sets a session cookie); Ctrl-C stops it.
+    Dashboard {
+        /// The loopback port (0: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
     /// Peer hosts: each link's state (up/down since, last RTT, why it is down).
     Peers {
         /// Print JSON (exactly what the daemon answered) instead of text for people.
@@ -1581,6 +1588,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Cmd::Dashboard { port } => crate::dashboard::run(state_dir(&sd)?, port).await?,
         Cmd::Reload => {
             let v: Value = client(&sd)?
                 .post("/config/reload", &json!({}))

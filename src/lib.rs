@@ -12,6 +12,7 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod daemon;
+pub mod dashboard;
 pub mod demo;
 pub mod doctor;
 pub mod identity;

@@ -5,6 +5,7 @@ mod anchors;
 mod common;
 mod config;
 mod crash;
+mod dashboard;
 mod demo;
 mod drift;
 mod durability;
