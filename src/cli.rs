@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::client::{Client, ClientError};
+use fleetd_actors::types::wire_name;
 
 /// Human output. Member text (names aside, everything an agent wrote: replies, notes, exit
 /// reasons, screens) never reaches the operator's terminal as control sequences: it is shown
@@ -850,15 +851,6 @@ fn print_tickets(v: &Value) {
     );
 }
 
-/// A value's name as the API spells it (`queued`, `replied`), not Rust's (`Queued`).
-fn wire<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "?".into(),
-    }
-}
-
 /// An optional value for a person: the value, or `-`.
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or_else(|| "-".into(), |v| v.to_string())
@@ -893,7 +885,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
         } => {
             format!(
                 "{msg} to {target}: {}{}",
-                wire(state),
+                wire_name(state),
                 note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
             )
         }
@@ -903,7 +895,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
             to,
             state,
             ..
-        } => format!("{ticket} {from} -> {to}: {}", wire(state)),
+        } => format!("{ticket} {from} -> {to}: {}", wire_name(state)),
         K::Restarted {
             child,
             attempt,
@@ -972,7 +964,7 @@ fn describe_event(e: &fleetd_actors::events::Event) -> String {
                 .map(|s| format!(" by slot {s}"))
                 .unwrap_or_default(),
             outcome
-                .map(|o| format!(" ({})", wire(&o)))
+                .map(|o| format!(" ({})", wire_name(&o)))
                 .unwrap_or_default(),
             seq.map(|s| format!(" [ledger #{s}]")).unwrap_or_default()
         ),

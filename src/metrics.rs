@@ -15,7 +15,9 @@ use std::sync::atomic::AtomicU64;
 
 use fleetd_actors::events::EventKind;
 use fleetd_actors::fleet::Fleet;
-use fleetd_actors::types::{Caller, TicketId};
+use fleetd_actors::link::state::Phase;
+use fleetd_actors::tickets::state::TicketState;
+use fleetd_actors::types::{Caller, Status, TicketId, wire_name};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -148,19 +150,18 @@ impl Metrics {
         match kind {
             EventKind::Receipt { state, .. } => {
                 self.receipts
-                    .get_or_create(&vec![("state", wire(state))])
+                    .get_or_create(&vec![("state", wire_name(state))])
                     .inc();
             }
             EventKind::Ticket { ticket, state, .. } => {
-                let state = wire(state);
-                if state == "open" {
+                if *state == TicketState::Open {
                     opened.insert(*ticket, at);
                 } else {
                     self.tickets_resolved
-                        .get_or_create(&vec![("state", state.clone())])
+                        .get_or_create(&vec![("state", wire_name(state))])
                         .inc();
                     if let Some(t0) = opened.remove(ticket)
-                        && matches!(state.as_str(), "replied" | "tail")
+                        && matches!(state, TicketState::Replied | TicketState::Tail)
                     {
                         self.reply_seconds
                             .observe(at.saturating_sub(t0) as f64 / 1000.0);
@@ -224,11 +225,7 @@ impl Metrics {
                     .get_or_create(&vec![("status", status), ("role", role)])
                     .set(n);
             }
-            for m in list
-                .members
-                .iter()
-                .filter(|m| m.status.to_string() != "exited")
-            {
+            for m in list.members.iter().filter(|m| m.status != Status::Exited) {
                 if let Some(depth) = fleet.queue_depth(&m.name).await {
                     self.queue_depth
                         .get_or_create(&vec![("member", m.name.to_string())])
@@ -236,9 +233,8 @@ impl Metrics {
                 }
             }
         }
-        if let Ok(t) = fleet.tickets(&op).await {
-            self.tickets_open
-                .set(t.iter().filter(|t| wire(&t.ticket.state) == "open").count() as i64);
+        if let Ok(n) = fleet.open_tickets().await {
+            self.tickets_open.set(n as i64);
         }
         if let Some(entries) = fleet.ledger_entries().await {
             self.ledger_entries.set(entries as i64);
@@ -250,7 +246,7 @@ impl Metrics {
             let peer = vec![("peer", l.peer.clone())];
             self.link_up
                 .get_or_create(&peer)
-                .set(i64::from(wire(&l.phase) == "up"));
+                .set(i64::from(l.phase == Phase::Up));
             if let Some(us) = l.rtt_us {
                 self.link_rtt.get_or_create(&peer).set(us as f64 / 1e6);
             }
@@ -301,14 +297,5 @@ impl Opened {
     fn remove(&mut self, t: &TicketId) -> Option<u64> {
         // `order` keeps the id until it reaches the front: bounded all the same.
         self.at.remove(t)
-    }
-}
-
-/// A value's name as the API spells it (`accepted`, `replied`).
-fn wire<T: serde::Serialize>(v: &T) -> String {
-    match serde_json::to_value(v) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => "unknown".into(),
     }
 }

@@ -1628,14 +1628,7 @@ impl Fleet {
         for m in &members {
             *by_status.entry(m.status.to_string()).or_insert(0) += 1;
         }
-        let open_tickets = self
-            .desk()
-            .await?
-            .call(|reply| DeskMsg::All { reply }, CALL)
-            .await?
-            .iter()
-            .filter(|t| t.state == TicketState::Open)
-            .count();
+        let open_tickets = self.open_tickets().await?;
         let children = match self
             .sup
             .call(|reply| SupervisorMsg::Children { reply }, Some(CALL))
@@ -2000,11 +1993,21 @@ impl Fleet {
     /// has no injector (exited). For metrics: no authorization, no member text.
     pub async fn queue_depth(&self, name: &MemberName) -> Option<usize> {
         let i = self.ctx.dir.injector(name)?;
-        let q = i
-            .call(|reply| InjectorMsg::Queue { reply }, CALL)
+        i.call(|reply| InjectorMsg::Depth { reply }, CALL)
             .await
-            .ok()?;
-        Some(q.queued.len() + usize::from(q.in_flight.is_some()))
+            .ok()
+    }
+
+    /// How many tickets are open (counted at the desk).
+    pub async fn open_tickets(&self) -> Result<usize, FleetError> {
+        Ok(self
+            .desk()
+            .await?
+            .call(|reply| DeskMsg::All { reply }, CALL)
+            .await?
+            .iter()
+            .filter(|t| t.state == TicketState::Open)
+            .count())
     }
 
     /// Entries in the decision ledger, if its writer answers. For metrics.
@@ -2022,18 +2025,12 @@ impl Fleet {
         let deadline = tokio::time::Instant::now()
             + Duration::from_secs(self.ctx.config().tickets.ttl_seconds);
         loop {
-            let q = match self.ctx.dir.injector(name) {
-                Some(i) => i
-                    .call(|reply| InjectorMsg::Queue { reply }, CALL)
-                    .await
-                    .ok(),
-                None => None,
-            };
+            let depth = self.queue_depth(name).await;
             let v = match self.ctx.dir.slot(name) {
                 Some(s) => s.call(|reply| SlotMsg::View { reply }, CALL).await.ok(),
                 None => None,
             };
-            let empty = q.is_none_or(|q| q.queued.is_empty() && q.in_flight.is_none());
+            let empty = depth.is_none_or(|d| d == 0);
             let idle = v.is_none_or(|v| matches!(v.status, Status::Idle | Status::Exited));
             if empty && idle {
                 return Ok(());

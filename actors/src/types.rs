@@ -184,6 +184,16 @@ impl FromStr for MemberName {
     }
 }
 
+/// A value's name as the API spells it (`queued`, `replied`: its serde name), not Rust's
+/// (`Queued`); for enums that serialize as a string.
+pub fn wire_name<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "unknown".into(),
+    }
+}
+
 /// Cut a string to at most `max` characters for error messages.
 pub fn truncate(s: &str, max: usize) -> String {
     if s.chars().count() <= max {

@@ -46,6 +46,10 @@ pub enum InjectorMsg {
     Queue {
         reply: RpcReplyPort<QueueView>,
     },
+    /// How many messages are queued or in flight (without copying them).
+    Depth {
+        reply: RpcReplyPort<usize>,
+    },
     Reload,
     /// Shutting down: deliver nothing more.
     Quiesce {
@@ -350,6 +354,9 @@ impl Actor for InjectorActor {
                     queued: st.core.queued().cloned().collect(),
                     stalled: st.core.is_stalled(),
                 });
+            }
+            InjectorMsg::Depth { reply } => {
+                let _ = reply.send(st.core.depth());
             }
             InjectorMsg::Reload => st.core.set_limits(limits(&st.ctx)),
             InjectorMsg::Quiesce { reply } => {

@@ -258,6 +258,11 @@ impl Injector {
         self.queue.iter()
     }
 
+    /// Messages waiting plus the one in flight, if any.
+    pub fn depth(&self) -> usize {
+        self.queue.len() + usize::from(self.in_flight().is_some())
+    }
+
     /// The message in flight (delivered, stalled, or in its turn), if any.
     pub fn in_flight(&self) -> Option<&Message> {
         match &self.phase {
@@ -510,9 +515,11 @@ mod tests {
         assert!(delivered(&i.enqueue(msg(1), 0).unwrap()).is_empty());
         assert!(delivered(&i.enqueue(msg(2), 0).unwrap()).is_empty());
         assert!(delivered(&i.target_status(view(Status::Working), 1)).is_empty());
+        assert_eq!(i.depth(), 2);
         // Idle: exactly the first.
         let fx = i.target_status(view(Status::Idle), 2);
         assert_eq!(delivered(&fx), vec![1]);
+        assert_eq!(i.depth(), 2, "one in flight, one waiting");
         // Save(delivered) comes before the Deliver effect.
         assert!(matches!(&fx[0], Effect::Save(m) if m.state == ReceiptState::Delivered));
         // A status change alone is no evidence: the paste's echo, a footer redraw.
