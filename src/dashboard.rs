@@ -18,6 +18,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::rest::constant_time_eq;
+
 const PAGE: &str = include_str!("dashboard.html");
 const COOKIE: &str = "fleetd_dashboard";
 
@@ -48,15 +50,6 @@ fn refuse(status: StatusCode, why: &str) -> Response {
         .into_response()
 }
 
-/// Constant-time equality of two secrets.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 async fn handle(State(g): State<Arc<Gate>>, req: Request) -> Response {
     // Only this loopback address by name: a page elsewhere cannot rebind a name onto it.
     let host_ok = req
@@ -83,7 +76,7 @@ async fn handle(State(g): State<Arc<Gate>>, req: Request) -> Response {
             .to_string();
         let mut login = g.login.lock().unwrap_or_else(|p| p.into_inner());
         return match login.as_deref() {
-            Some(t) if same(t, &given) => {
+            Some(t) if constant_time_eq(t.as_bytes(), given.as_bytes()) => {
                 *login = None;
                 let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/", g.session);
                 let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
@@ -109,7 +102,7 @@ async fn handle(State(g): State<Arc<Gate>>, req: Request) -> Response {
                 .strip_prefix(&format!("{COOKIE}="))
                 .map(str::to_string)
         })
-        .any(|v| same(&v, &g.session));
+        .any(|v| constant_time_eq(v.as_bytes(), g.session.as_bytes()));
     if !has_session {
         return refuse(
             StatusCode::FORBIDDEN,

@@ -298,7 +298,8 @@ async fn guard(
     next.run(req).instrument(span).await
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Equality of two secrets in time that does not depend on where they differ.
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
