@@ -89,23 +89,11 @@ fn processes_of(state: &Path, pty_hosts_only: bool) -> Vec<u32> {
         .collect()
 }
 
-async fn status_latency(client: &Client, name: &str, n: usize) -> anyhow::Result<Stats> {
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n + 10 {
-        let t = Instant::now();
-        let _: Value = client
-            .get("/status")
-            .await
-            .map_err(|e| anyhow::anyhow!("GET /status: {e}"))?;
-        if i >= 10 {
-            v.push(t.elapsed());
-        }
-    }
-    Ok(stats(name, v))
-}
-
 async fn stage(name: &'static str, pid: u32, client: &Client, n: usize) -> anyhow::Result<Stage> {
-    let status = status_latency(client, &format!("GET /status ({name})"), n).await?;
+    let status = stats(
+        &format!("GET /status ({name})"),
+        super::time_gets(client, "/status", n).await?,
+    );
     let (rss_kb, pss_kb) = memory_kb(pid);
     Ok(Stage {
         name,

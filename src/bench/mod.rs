@@ -194,6 +194,22 @@ async fn time_calls(
     Ok(out)
 }
 
+/// `n` timed GETs of `path` on the REST socket, after 10 untimed ones.
+async fn time_gets(client: &Client, path: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n + 10 {
+        let t = Instant::now();
+        let _: Value = client
+            .get(path)
+            .await
+            .map_err(|e| anyhow::anyhow!("GET {path}: {e}"))?;
+        if i >= 10 {
+            v.push(t.elapsed());
+        }
+    }
+    Ok(v)
+}
+
 /// A raw PTY round trip: write a line to `cat` in a PTY and wait for its echo.
 fn pty_baseline(n: usize) -> anyhow::Result<Vec<Duration>> {
     use portable_pty::{CommandBuilder, PtySize, native_pty_system};
@@ -362,17 +378,7 @@ async fn send_to_pty(
         .await
         .map_err(|_| anyhow::anyhow!("the sink agent never became idle"))?;
     let (_, mut screen) = fleet.attach(&Caller::Operator, "sink").await?;
-    let mut rest = Vec::with_capacity(n);
-    for i in 0..n + 10 {
-        let t = Instant::now();
-        let _: Value = client
-            .get("/whoami")
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        if i >= 10 {
-            rest.push(t.elapsed());
-        }
-    }
+    let rest = time_gets(&client, "/whoami", n).await?;
     let mut out = Vec::with_capacity(n);
     let mut phases = Vec::with_capacity(n);
     for i in 0..n + 10 {
