@@ -336,21 +336,25 @@ pub fn wait_child(mut c: Child, timeout: Duration) -> Result<ExitStatus, Child> 
 
 /// Kill every process whose environment names this state dir (agents, PTY hosts, shims).
 pub fn kill_leftovers(state: &Path) {
+    for pid in processes_of(state) {
+        // SAFETY: killing a process this test started (it carries our state dir).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The processes carrying `FLEETD_STATE_DIR=state` (members and their PTY hosts do).
+pub fn processes_of(state: &Path) -> Vec<i32> {
     let needle = format!("FLEETD_STATE_DIR={}", state.display());
     let Ok(rd) = std::fs::read_dir("/proc") else {
-        return;
+        return vec![];
     };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
-            && env.split(|&b| b == 0).any(|v| v == needle.as_bytes())
-        {
-            // SAFETY: killing a process this test started (it carries our state dir).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
+        })
+        .collect()
 }
 
 /// The event stream, with everything seen kept for ordering checks.

@@ -166,13 +166,7 @@ impl Cdp {
             .await
             .unwrap();
         loop {
-            let m = tokio::time::timeout(T, self.ws.next())
-                .await
-                .unwrap_or_else(|_| panic!("no answer to {method}"))
-                .expect("devtools connection open")
-                .unwrap();
-            let Ok(text) = m.into_text() else { continue };
-            let v: Value = serde_json::from_str(&text).unwrap();
+            let v = self.next_message(&format!("an answer to {method}")).await;
             if v["id"] == id {
                 return v;
             }
@@ -188,15 +182,23 @@ impl Cdp {
             return self.events.remove(i);
         }
         loop {
-            let m = tokio::time::timeout(T, self.ws.next())
-                .await
-                .unwrap_or_else(|_| panic!("no {method}"))
-                .expect("devtools connection open")
-                .unwrap();
-            let Ok(text) = m.into_text() else { continue };
-            let v: Value = serde_json::from_str(&text).unwrap();
+            let v = self.next_message(method).await;
             if v["method"] == method {
                 return v;
+            }
+        }
+    }
+
+    /// The next JSON message from the browser (bounded; `what` names what was awaited).
+    async fn next_message(&mut self, what: &str) -> Value {
+        loop {
+            let m = tokio::time::timeout(T, self.ws.next())
+                .await
+                .unwrap_or_else(|_| panic!("no {what}"))
+                .expect("devtools connection open")
+                .unwrap();
+            if let Ok(text) = m.into_text() {
+                return serde_json::from_str(&text).unwrap();
             }
         }
     }

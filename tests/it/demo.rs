@@ -8,20 +8,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// Processes still carrying `FLEETD_STATE_DIR=dir` (members and their PTY hosts do).
-fn leftovers(dir: &Path) -> Vec<i32> {
-    let needle = format!("FLEETD_STATE_DIR={}", dir.display());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
-        })
-        .collect()
-}
-
 /// Start the demo with its stdout read line by line on a thread; lines arrive on the channel.
 fn demo(args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(bin())
@@ -67,7 +53,7 @@ fn dir_of(first: &str) -> PathBuf {
 
 fn settle(dir: &Path) {
     // The demo stops its members before it exits; nothing of it may outlive it.
-    let left = leftovers(dir);
+    let left = processes_of(dir);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
 
