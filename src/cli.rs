@@ -717,14 +717,6 @@ async fn read_hook_stdin() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// A ticket's owner as a person reads it: `lead@HOST` for mail this host sent to another host.
-fn ticket_to(t: &Value) -> String {
-    match t["remote"]["host"].as_str() {
-        Some(h) => format!("{}@{h}", s(&t["to"])),
-        None => s(&t["to"]),
-    }
-}
-
 /// A ticket's receipt state: the remote one for mail to another host.
 fn ticket_receipt(t: &Value) -> String {
     if t["remote"].is_object() {
@@ -753,7 +745,7 @@ fn print_ticket(t: &Value) {
         s(&t["id"]),
         s(&t["kind"]),
         s(&t["from"]),
-        ticket_to(t),
+        s(&t["to"]),
         s(&t["state"])
     );
     say!("  subject   {}", s(&t["subject"]));
@@ -831,7 +823,7 @@ fn print_tickets(v: &Value) {
                 s(&t["id"]),
                 s(&t["kind"]),
                 s(&t["from"]),
-                ticket_to(t),
+                s(&t["to"]),
                 s(&t["state"]),
                 ticket_receipt(t),
                 ago(t["created_at"].as_u64()),

@@ -4,7 +4,7 @@
 //! follows the daemon's event bus (receipts by state, tickets resolved, spawns, exits, drift
 //! alerts); if that task falls behind the bus's ring it counts what it missed in
 //! `fleetd_metrics_events_missed_total`, so an undercount is visible. Gauges (members by status
-//! and role, queue depths, open tickets, ledger entries, links, mail outboxes, open drift
+//! and role, queue depths, open tickets, ledger entries and sync times, links, mail outboxes, open drift
 //! alerts) are read from the actors and read models at each scrape.
 //!
 //! Owns the metric names and their meaning; must never change fleet state.
@@ -15,9 +15,12 @@ use std::sync::atomic::AtomicU64;
 
 use fleetd_actors::events::EventKind;
 use fleetd_actors::fleet::Fleet;
+use fleetd_actors::ledger::state::{SyncTimes, sync_bucket_bounds};
 use fleetd_actors::link::state::Phase;
 use fleetd_actors::tickets::state::TicketState;
-use fleetd_actors::types::{Caller, Status, TicketId, wire_name};
+use fleetd_actors::types::{Caller, TicketId, wire_name};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -42,6 +45,7 @@ pub struct Metrics {
     queue_depth: Family<Labels, Gauge>,
     tickets_open: Gauge,
     ledger_entries: Gauge,
+    ledger_sync: SyncHistogram,
     link_up: Family<Labels, Gauge>,
     link_rtt: Family<Labels, Gauge<f64, AtomicU64>>,
     mail_outbox: Family<Labels, Gauge>,
@@ -67,6 +71,7 @@ impl Metrics {
             queue_depth: Family::default(),
             tickets_open: Gauge::default(),
             ledger_entries: Gauge::default(),
+            ledger_sync: SyncHistogram::default(),
             link_up: Family::default(),
             link_rtt: Family::default(),
             mail_outbox: Family::default(),
@@ -116,6 +121,11 @@ impl Metrics {
             "ledger_entries",
             "Entries in the decision ledger",
             m.ledger_entries.clone(),
+        );
+        registry.register(
+            "ledger_sync_seconds",
+            "How long each ledger batch's write and fdatasync took (one per group commit)",
+            m.ledger_sync.clone(),
         );
         registry.register(
             "link_up",
@@ -225,19 +235,20 @@ impl Metrics {
                     .get_or_create(&vec![("status", status), ("role", role)])
                     .set(n);
             }
-            for m in list.members.iter().filter(|m| m.status != Status::Exited) {
-                if let Some(depth) = fleet.queue_depth(&m.name).await {
-                    self.queue_depth
-                        .get_or_create(&vec![("member", m.name.to_string())])
-                        .set(depth as i64);
-                }
+        }
+        if let Ok(depths) = fleet.queue_depths(&op).await {
+            for (name, depth) in depths {
+                self.queue_depth
+                    .get_or_create(&vec![("member", name.to_string())])
+                    .set(depth as i64);
             }
         }
         if let Ok(n) = fleet.open_tickets().await {
             self.tickets_open.set(n as i64);
         }
-        if let Some(entries) = fleet.ledger_entries().await {
-            self.ledger_entries.set(entries as i64);
+        if let Some(ledger) = fleet.ledger_status().await {
+            self.ledger_entries.set(ledger.entries as i64);
+            *self.ledger_sync.0.lock().unwrap_or_else(|p| p.into_inner()) = ledger.syncs;
         }
         let ctx = &fleet.ctx;
         self.link_up.clear();
@@ -266,6 +277,27 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// A histogram kept elsewhere (the ledger writer's sync times), copied in at each scrape and
+/// encoded as a Prometheus histogram.
+#[derive(Clone, Debug, Default)]
+struct SyncHistogram(Arc<std::sync::Mutex<SyncTimes>>);
+
+impl EncodeMetric for SyncHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let buckets: Vec<(f64, u64)> = if t.buckets.is_empty() {
+            sync_bucket_bounds().map(|b| (b, 0)).collect()
+        } else {
+            t.buckets.clone()
+        };
+        encoder.encode_histogram::<NoLabelSet>(t.sum_seconds, t.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 

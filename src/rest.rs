@@ -209,6 +209,7 @@ fn documented_routes() -> (Router<Api>, utoipa::openapi::OpenApi) {
         .routes(routes!(screen))
         .routes(routes!(input))
         .routes(routes!(attach))
+        .routes(routes!(queues))
         .routes(routes!(tickets))
         .routes(routes!(ticket))
         .routes(routes!(reply))
@@ -451,6 +452,17 @@ async fn input(
     let c = api.caller(&peer);
     api.fleet.input(&c, &name, b.text.into_bytes()).await?;
     Ok(Json(serde_json::json!({"ok": true})))
+}
+
+#[utoipa::path(get, path = "/queues", tag = "members", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]
+async fn queues(
+    State(api): State<Api>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<serde_json::Value> {
+    let c = api.caller(&peer);
+    Ok(Json(
+        serde_json::json!({ "queues": api.fleet.queue_depths(&c).await? }),
+    ))
 }
 
 #[utoipa::path(get, path = "/tickets", tag = "tickets", responses((status = 200, description = "see docs/REST.md"), (status = "4XX", description = "a refusal: {error: {kind, refused, why, accepted, rule?}}")))]

@@ -154,12 +154,34 @@ impl From<&Message> for Receipt {
     }
 }
 
-/// A ticket with its message's receipt.
-#[derive(Clone, Debug, Serialize)]
+/// A ticket with its message's receipt. As shown, a ticket for another host's lead names its
+/// owner `lead@HOST` (the receiving host's tickets name the sender `lead@HOST` the same way).
+#[derive(Clone, Debug)]
 pub struct TicketView {
-    #[serde(flatten)]
     pub ticket: Ticket,
     pub receipt: Option<Receipt>,
+}
+
+impl Serialize for TicketView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap};
+        let serde_json::Value::Object(fields) =
+            serde_json::to_value(&self.ticket).map_err(S::Error::custom)?
+        else {
+            return Err(S::Error::custom("a ticket serializes as an object"));
+        };
+        let mut m = s.serialize_map(Some(fields.len() + 1))?;
+        for (k, v) in &fields {
+            match (&self.ticket.remote, k.as_str()) {
+                (Some(r), "to") => {
+                    m.serialize_entry(k, &format!("{}@{}", self.ticket.to, r.host))?
+                }
+                _ => m.serialize_entry(k, v)?,
+            }
+        }
+        m.serialize_entry("receipt", &self.receipt)?;
+        m.end()
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -1998,6 +2020,26 @@ impl Fleet {
             .ok()
     }
 
+    /// Every live member's queue depth (as `queue_depth`), for the dashboard and metrics (READ).
+    pub async fn queue_depths(
+        &self,
+        caller: &Caller,
+    ) -> Result<BTreeMap<MemberName, usize>, FleetError> {
+        authorize(caller, &Action::Read, "queue depths")?;
+        let mut out = BTreeMap::new();
+        for m in self
+            .registry_members()
+            .await?
+            .iter()
+            .filter(|m| m.is_live())
+        {
+            if let Some(depth) = self.queue_depth(&m.name).await {
+                out.insert(m.name.clone(), depth);
+            }
+        }
+        Ok(out)
+    }
+
     /// How many tickets are open (counted at the desk).
     pub async fn open_tickets(&self) -> Result<usize, FleetError> {
         Ok(self
@@ -2010,13 +2052,10 @@ impl Fleet {
             .count())
     }
 
-    /// Entries in the decision ledger, if its writer answers. For metrics.
-    pub async fn ledger_entries(&self) -> Option<u64> {
+    /// The decision ledger's writer's status (entries, sync times), if it answers. For metrics.
+    pub async fn ledger_status(&self) -> Option<LedgerStatus> {
         let l = self.ctx.dir.ledger().ok()?;
-        l.call(|reply| LedgerMsg::Status { reply }, CALL)
-            .await
-            .ok()
-            .map(|s| s.entries)
+        l.call(|reply| LedgerMsg::Status { reply }, CALL).await.ok()
     }
 
     /// Wait until `name` has nothing queued or in flight and is idle (bounded by the ticket TTL).

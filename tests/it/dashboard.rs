@@ -1,6 +1,7 @@
 //! `fleetd dashboard`: the gate (a link that works once, a session cookie, loopback Host only,
 //! read-only), and the page in a real browser: headless Chromium, driven over its DevTools
-//! protocol, shows the members and follows a spawn and a status change live; a screenshot is
+//! protocol, shows the members (with queue depth and receipts) and a decision's ledger entries,
+//! and follows a spawn and a status change live; a screenshot is
 //! kept in target/test-artifacts/. The browser part runs when FLEETD_BROWSER names a Chromium
 //! (.ci/run installs Debian's and sets it); without it that part says so and is not claimed.
 
@@ -203,14 +204,21 @@ impl Cdp {
         }
     }
 
-    /// Wait (bounded) until the text of element `id` contains every one of `texts`, by a
-    /// MutationObserver inside the page: no polling.
+    /// Wait (bounded) until the text of element `id` contains every one of `texts`.
     async fn until_text(&mut self, id: &str, texts: &[&str]) {
         let want = serde_json::to_string(texts).unwrap();
         let el = serde_json::to_string(id).unwrap();
+        self.until(&format!(
+            "{want}.every((w) => (document.getElementById({el})?.innerText || \"\").includes(w))"
+        ))
+        .await;
+    }
+
+    /// Wait (bounded) until the JavaScript expression `cond` is true in the page, by a
+    /// MutationObserver inside the page: no polling.
+    async fn until(&mut self, cond: &str) {
         let expr = format!(
-            "new Promise((done) => {{ const want = {want}; \
-             const ok = () => want.every((w) => (document.getElementById({el})?.innerText || \"\").includes(w)); \
+            "new Promise((done) => {{ const ok = () => {{ try {{ return !!({cond}); }} catch {{ return false; }} }}; \
              if (ok()) return done(true); \
              new MutationObserver(() => {{ if (ok()) done(true); }}) \
                .observe(document.body, {{subtree: true, childList: true, characterData: true}}); }})"
@@ -221,7 +229,7 @@ impl Cdp {
                 json!({"expression": expr, "awaitPromise": true, "timeout": 30000}),
             )
             .await;
-        assert_eq!(v["result"]["result"]["value"], true, "{id}: {texts:?}: {v}");
+        assert_eq!(v["result"]["result"]["value"], true, "{cond}: {v}");
     }
 }
 
@@ -304,6 +312,41 @@ async fn the_dashboard_shows_the_fleet_live_in_a_real_browser() {
         .expect("stop w1");
     cdp.until_text("members", &["exited"]).await;
     cdp.until_text("events", &["w1: idle -> exited", "spawned w2"])
+        .await;
+    // Per member: its queue depth and its messages' receipts.
+    ev.status("w2", "idle").await;
+    assert_eq!(
+        d.ask("w2", "sum: 2 3").await["reply"]["text"],
+        "sum of 2 numbers = 5"
+    );
+    cdp.until_text("members", &["1 accepted"]).await;
+    // Its queue is empty once its turn is over.
+    ev.status("w2", "idle").await;
+    cdp.until(
+        "[...document.querySelectorAll('#members tbody tr')].find((tr) => tr.cells[0].innerText === 'w2')?.cells[4].innerText === '0'",
+    )
+    .await;
+    // A decision and its ledger entries: the lead opens one; the pane lists the entry.
+    d.spawn(
+        "lead",
+        "primary",
+        sim(&["--script", "exec", "--work-ms", "0"]),
+    )
+    .await;
+    ev.status("lead", "idle").await;
+    let r = d
+        .calls_as(
+            "lead",
+            json!([{"tool": "fleet_decision", "args": {"action": "open", "subject": "which store for the queue", "slots": ["opus"], "deadline_secs": 600}}]),
+        )
+        .await;
+    let id = r[0]["structured"]["decision_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r:?}"))
+        .to_string();
+    cdp.until_text("decisions", &[&id, "which store for the queue"])
+        .await;
+    cdp.until_text("entries", &["#1", "open", "lead", "slots: opus"])
         .await;
     // A member's screen, read-only, on a click.
     cdp.call(

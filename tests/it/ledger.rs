@@ -155,6 +155,28 @@ async fn the_seed_flow_two_architects_disagree_exchange_then_close_quorate() {
         out.contains("6 entries") && out.contains("signatures verified"),
         "{out}"
     );
+    // `/metrics` shows the appends and how long their syncs took: each group commit is one
+    // sync, so 1 to 6 of them for 6 entries (checkpoints may add one more).
+    let m = d.client.get_text("/metrics").await.unwrap();
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no {name} in:\n{m}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("fleetd_ledger_entries"), 6.0);
+    let syncs = value("fleetd_ledger_sync_seconds_count");
+    assert!((1.0..=7.0).contains(&syncs), "{syncs} syncs");
+    assert!(value("fleetd_ledger_sync_seconds_sum") > 0.0);
+    assert_eq!(
+        value(r#"fleetd_ledger_sync_seconds_bucket{le="+Inf"}"#),
+        syncs
+    );
+    // The dashboard's decision pane: each record names its ledger entry.
+    let shown: Value = d.client.get(&format!("/decisions/{id}")).await.unwrap();
+    assert!(shown["opened_seq"].as_u64().unwrap() >= 1, "{shown}");
+    assert!(shown["closed"]["seq"].as_u64().unwrap() > shown["opened_seq"].as_u64().unwrap());
     // Nothing can be recorded after close.
     let t = send(
         &d,

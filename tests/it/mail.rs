@@ -81,6 +81,8 @@ async fn a_lead_sends_to_another_hosts_lead_and_gets_its_answer_by_ticket() {
     assert_eq!(t["ticket"]["state"], "replied", "{t}");
     assert_eq!(t["ticket"]["reply"]["text"], "sum of 3 numbers = 9", "{t}");
     assert_eq!(t["ticket"]["remote"]["host"], "beta");
+    // On the sender the owner is named with its host, as the receiver names the sender.
+    assert_eq!(t["ticket"]["to"], "lead@beta", "{t}");
     assert!(t["ticket"]["remote"]["transmitted_at"].is_u64(), "{t}");
     // The receipt travelled back: the remote lead took the message before it answered.
     assert_eq!(t["ticket"]["receipt"]["state"], "accepted", "{t}");

@@ -135,6 +135,9 @@ pub struct Decision {
     pub opened_by: String,
     pub opened_at: String,
     pub opened_ms: Millis,
+    /// The ledger entry that opened it.
+    #[serde(default)]
+    pub opened_seq: u64,
     pub records: Vec<Record>,
     pub closed: Option<Closed>,
     pub refused: Vec<Refused>,
@@ -299,6 +302,7 @@ impl Decision {
             opened_by: e.actor.member.clone(),
             opened_at: e.ts.clone(),
             opened_ms: parse_ts(&e.ts).unwrap_or(0),
+            opened_seq: e.seq,
             records: vec![],
             closed: None,
             refused: vec![],

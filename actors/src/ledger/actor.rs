@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::ctx::{Mailbox, SharedCtx};
 use crate::decision::state::{DecisionEvent, replay};
 use crate::error::FleetError;
-use crate::ledger::state::{Author, Entry, LedgerCore, entries, resume, verify};
+use crate::ledger::state::{Author, Entry, LedgerCore, SyncTimes, entries, resume, verify};
 
 /// Largest ledger file the daemon reads at start.
 pub const MAX_LEDGER_BYTES: u64 = 1 << 30;
@@ -43,6 +43,8 @@ pub struct LedgerStatus {
     pub entries: u64,
     pub head: String,
     pub broken: Option<String>,
+    /// How long each batch's write and `fdatasync` took.
+    pub syncs: SyncTimes,
 }
 
 pub struct LedgerArgs {
@@ -64,6 +66,7 @@ pub struct LedgerState {
     flush_queued: bool,
     /// Signed checkpoints of synced entries, to be written first in the next write.
     unwritten_checkpoints: Vec<String>,
+    syncs: SyncTimes,
 }
 
 /// The outcome of opening the ledger file at start.
@@ -260,17 +263,20 @@ impl LedgerState {
             buf.push('\n');
         }
         let file = self.file.clone();
-        let written = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        let written = tokio::task::spawn_blocking(move || -> std::io::Result<f64> {
             let mut g = file.lock().unwrap_or_else(|p| p.into_inner());
             let f = g
                 .as_mut()
                 .ok_or_else(|| std::io::Error::other("the ledger file is not open"))?;
+            let start = std::time::Instant::now();
             f.write_all(buf.as_bytes())?;
-            f.sync_data()
+            f.sync_data()?;
+            Ok(start.elapsed().as_secs_f64())
         })
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))
         .and_then(|r| r);
+        let written = written.map(|seconds| self.syncs.observe(seconds));
         if let Err(e) = written {
             let why = format!("writing {} failed: {e}", self.path.display());
             tracing::error!(%why, "ledger write failed; decisions are refused from now on");
@@ -347,6 +353,7 @@ impl Actor for LedgerWriter {
             pending: vec![],
             flush_queued: false,
             unwritten_checkpoints: vec![],
+            syncs: SyncTimes::default(),
         })
     }
 
@@ -416,6 +423,7 @@ impl Actor for LedgerWriter {
                         .map(|c| crate::ledger::state::hex(&c.head))
                         .unwrap_or_default(),
                     broken: st.broken.clone(),
+                    syncs: st.syncs.clone(),
                 });
             }
         }

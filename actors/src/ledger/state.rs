@@ -21,6 +21,42 @@ use crate::types::Millis;
 /// The format name in the header line.
 pub const FORMAT: &str = "fleetd.ledger/1";
 
+/// Upper bounds, in seconds, of the write-and-sync latency buckets: 25 µs doubling to ~1.6 s,
+/// then +Inf.
+pub fn sync_bucket_bounds() -> impl Iterator<Item = f64> {
+    (0..17)
+        .map(|i| 25e-6 * f64::powi(2.0, i))
+        .chain(std::iter::once(f64::INFINITY))
+}
+
+/// How long the writer's `write` + `fdatasync` calls took: a histogram with fixed buckets
+/// (`sync_bucket_bounds`), kept by the writer and read by `/metrics`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SyncTimes {
+    /// Syncs done.
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// Per bucket (not cumulative): (upper bound in seconds, syncs that fell in it).
+    #[serde(skip)]
+    pub buckets: Vec<(f64, u64)>,
+}
+
+impl SyncTimes {
+    pub fn observe(&mut self, seconds: f64) {
+        if self.buckets.is_empty() {
+            self.buckets = sync_bucket_bounds().map(|b| (b, 0)).collect();
+        }
+        self.count += 1;
+        self.sum_seconds += seconds;
+        if let Some(b) = self.buckets.iter_mut().find(|(le, _)| seconds <= *le) {
+            b.1 += 1;
+        } else if let Some(last) = self.buckets.last_mut() {
+            // NaN: counted in +Inf, as Prometheus does.
+            last.1 += 1;
+        }
+    }
+}
+
 /// Who wrote an entry, as the daemon resolved it from the connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Author {
@@ -548,6 +584,26 @@ mod tests {
 
     fn key() -> SigningKey {
         SigningKey::from_bytes(&[42u8; 32])
+    }
+
+    #[test]
+    fn sync_times_put_each_sync_in_the_first_bucket_that_holds_it() {
+        let mut t = SyncTimes::default();
+        for s in [10e-6, 25e-6, 26e-6, 0.002, 5.0, f64::NAN] {
+            t.observe(s);
+        }
+        assert_eq!(t.count, 6);
+        let counts: Vec<u64> = t.buckets.iter().map(|b| b.1).collect();
+        assert_eq!(counts.iter().sum::<u64>(), 6);
+        // 10 µs and 25 µs in the first (≤ 25 µs), 26 µs in the second (≤ 50 µs).
+        assert_eq!(&counts[..2], &[2, 1]);
+        // 2 ms: ≤ 3.2 ms is the eighth bound (25 µs · 2^7).
+        assert_eq!(counts[7], 1);
+        // 5 s and NaN beyond the last finite bound (~1.6 s): +Inf.
+        assert_eq!(
+            t.buckets.last().map(|b| (b.0, b.1)),
+            Some((f64::INFINITY, 2))
+        );
     }
 
     fn author(m: &str, role: &str, slot: Option<&str>) -> Author {
