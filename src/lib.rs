@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod dashboard;
 pub mod demo;
 pub mod doctor;
+pub mod entry;
 pub mod identity;
 pub mod link;
 pub mod mcp;
