@@ -127,10 +127,14 @@ pub fn main() -> ExitCode {
             let sd = cli.state_dir.clone().ok_or_else(|| {
                 anyhow::anyhow!("no state dir: pass --state-dir DIR or set FLEETD_STATE_DIR")
             })?;
-            runtime()?.block_on(crate::mcp::run_shim(
-                sd.join("mcp.sock"),
-                crate::cli::reconnect(reconnect_secs),
-            ))?;
+            // A pipe needs no worker threads: one thread keeps the shim small.
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(crate::shim::run_stdio(
+                    sd.join("mcp.sock"),
+                    crate::cli::reconnect(reconnect_secs),
+                ))?;
             Ok(0)
         }
         Cmd::EchoServer => {

@@ -21,5 +21,6 @@ pub mod link;
 pub mod mcp;
 pub mod metrics;
 pub mod rest;
+pub mod shim;
 pub mod sim;
 pub mod term;

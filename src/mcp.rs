@@ -1,13 +1,11 @@
-//! MCP: the fleet tools (an rmcp server the daemon runs per connection on `mcp.sock`) and the
-//! `fleetd mcp` shim an agent's MCP config launches (an rmcp stdio server that forwards every
-//! call to the daemon with an rmcp client, and reconnects when the daemon restarts).
+//! MCP: the fleet tools, an rmcp server the daemon runs per connection on `mcp.sock`. Agents
+//! reach it through `fleetd mcp` (`shim`), a pipe from their stdio to the socket.
 //!
 //! Owns the tool surface: names, JSON schemas, descriptions, and how results and refusals look
 //! (structured content plus readable text). Every byte of MCP goes through rmcp, for both
 //! protocol eras (2025-11-25 with `initialize`, 2026-07-28 with `server/discover`). Must never
 //! take identity from a tool's arguments: the caller is resolved from the socket's peer pid.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,18 +15,16 @@ use fleetd_actors::types::Caller;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
+    CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams,
+    ResultType, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::RequestContext;
 use rmcp::{
-    ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt, tool, tool_handler,
-    tool_router,
+    ErrorData as McpError, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -812,157 +808,4 @@ fn refuse(stream: UnixStream, why: &str) {
     let mut bytes = line.to_string().into_bytes();
     bytes.push(b'\n');
     let _ = stream.try_write(&bytes);
-}
-
-// ---- the shim ------------------------------------------------------------------------
-
-/// `fleetd mcp`: MCP on stdio, forwarded to the daemon's `mcp.sock`.
-pub struct Shim {
-    socket: PathBuf,
-    reconnect_for: Duration,
-    upstream: Mutex<Option<RunningService<RoleClient, ()>>>,
-}
-
-/// Tools that change nothing: safe to retry after a connection drop.
-const READ_ONLY: &[&str] = &["fleet_whoami", "fleet_list", "fleet_status", "fleet_poll"];
-
-impl Shim {
-    pub fn new(socket: PathBuf, reconnect_for: Duration) -> Self {
-        Shim {
-            socket,
-            reconnect_for,
-            upstream: Mutex::new(None),
-        }
-    }
-
-    /// The live upstream session, reconnecting with backoff (bounded) if the daemon went away.
-    async fn upstream(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
-        let mut g = self.upstream.lock().await;
-        if let Some(s) = g.as_ref()
-            && !s.is_closed()
-            && !s.peer().is_transport_closed()
-        {
-            return Ok(s.peer().clone());
-        }
-        *g = None;
-        let deadline = tokio::time::Instant::now() + self.reconnect_for;
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let attempt = async {
-                let stream = UnixStream::connect(&self.socket)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                ().serve(stream).await.map_err(|e| e.to_string())
-            };
-            match attempt.await {
-                Ok(svc) => {
-                    let peer = svc.peer().clone();
-                    *g = Some(svc);
-                    return Ok(peer);
-                }
-                Err(e) => {
-                    if tokio::time::Instant::now() + backoff > deadline {
-                        return Err(McpError::internal_error(
-                            format!(
-                                "the fleetd daemon is not reachable at {} ({e}); retried for {} s. Is `fleetd serve` running with this state dir?",
-                                self.socket.display(),
-                                self.reconnect_for.as_secs()
-                            ),
-                            None,
-                        ));
-                    }
-                    tracing::debug!(error = %e, ?backoff, "daemon not reachable; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-    }
-
-    async fn reset(&self) {
-        *self.upstream.lock().await = None;
-    }
-}
-
-impl ServerHandler for Shim {
-    fn get_info(&self) -> ServerConfig {
-        server_config()
-    }
-
-    async fn list_tools(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        for attempt in 0..2 {
-            let up = self.upstream().await?;
-            match up.list_tools(request.clone()).await {
-                Ok(mut r) => {
-                    // The daemon session is 2025-11-25, whose results carry no resultType; a
-                    // 2026-07-28 client requires it on every result.
-                    r.result_type.get_or_insert(ResultType::COMPLETE);
-                    return Ok(r);
-                }
-                Err(e) if attempt == 0 => {
-                    tracing::info!(error = %e, "daemon connection lost; reconnecting");
-                    self.reset().await;
-                }
-                Err(e) => {
-                    return Err(McpError::internal_error(
-                        format!("tools/list via the daemon failed: {e}"),
-                        None,
-                    ));
-                }
-            }
-        }
-        Err(McpError::internal_error("unreachable", None))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
-        let name = request.name.to_string();
-        for attempt in 0..2 {
-            let up = self.upstream().await?;
-            match up.call_tool_once(request.clone()).await {
-                Ok(mut r) => {
-                    if let CallToolResponse::Complete(c) = &mut r {
-                        c.result_type.get_or_insert(ResultType::COMPLETE);
-                    }
-                    return Ok(r);
-                }
-                Err(rmcp::ServiceError::McpError(e)) => return Err(e),
-                Err(e) => {
-                    self.reset().await;
-                    // A closed transport or a failed send means the request never left.
-                    let sent = !matches!(
-                        e,
-                        rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed
-                    );
-                    if attempt == 0 && (!sent || READ_ONLY.contains(&name.as_str())) {
-                        tracing::info!(error = %e, tool = %name, "daemon connection lost; reconnecting and retrying");
-                        continue;
-                    }
-                    return Err(McpError::internal_error(
-                        format!(
-                            "the connection to the fleetd daemon broke during {name} ({e}); it may or may not have taken effect. \
-                             fleet_poll and fleet_list show the current state; the next call reconnects."
-                        ),
-                        None,
-                    ));
-                }
-            }
-        }
-        Err(McpError::internal_error("unreachable", None))
-    }
-}
-
-/// Run the shim on stdio until the agent closes it.
-pub async fn run_shim(socket: PathBuf, reconnect_for: Duration) -> anyhow::Result<()> {
-    let shim = Shim::new(socket, reconnect_for);
-    let svc = shim.serve(rmcp::transport::stdio()).await?;
-    svc.waiting().await?;
-    Ok(())
 }

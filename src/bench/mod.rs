@@ -1268,6 +1268,15 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         time_calls(&shim, "fleet_whoami", json!({}), args.iterations).await?,
     );
     let _ = shim.cancel().await;
+    // Where the shim's time goes: the same call on mcp.sock directly, without the shim.
+    let direct =
+        ().serve(tokio::net::UnixStream::connect(daemon.layout.state_dir.join("mcp.sock")).await?)
+            .await?;
+    let direct_mcp = stats(
+        "  of which the daemon (mcp.sock direct)",
+        time_calls(&direct, "fleet_whoami", json!({}), args.iterations).await?,
+    );
+    let _ = direct.cancel().await;
 
     let n = args.send_iterations;
     let base_pty = stats(
@@ -1294,7 +1303,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"pairs": v, "send_ack": acked}))?
+            serde_json::to_string_pretty(
+                &json!({"pairs": v, "send_ack": acked, "mcp_direct": direct_mcp})
+            )?
         );
     } else {
         println!(
@@ -1315,7 +1326,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 o.p99_us / b.p99_us
             );
         }
-        for s in [&acked, &rest, &redb_commit, &raw_sync] {
+        for s in [&direct_mcp, &acked, &rest, &redb_commit, &raw_sync] {
             println!(
                 "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
                 s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
