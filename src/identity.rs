@@ -27,8 +27,8 @@ pub fn parent_of(pid: u32) -> Option<u32> {
 /// Where a process stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Standing {
-    /// Inside this member's tree.
-    Member(MemberIdentity),
+    /// Inside this member's tree, whose root process is `root`.
+    Member { who: MemberIdentity, root: u32 },
     /// Outside every member: its ancestry was read up to init.
     Outside,
     /// Its ancestry could not be established (why).
@@ -48,8 +48,8 @@ pub fn standing_with(
 ) -> Standing {
     let mut p = pid;
     for _ in 0..MAX_DEPTH {
-        if let Some(m) = member(p) {
-            return Standing::Member(m);
+        if let Some(who) = member(p) {
+            return Standing::Member { who, root: p };
         }
         if p == 1 {
             return Standing::Outside;
@@ -89,24 +89,32 @@ pub fn claimed_member(pid: u32) -> Option<String> {
 
 /// The caller `pid` is: `outside` is what a process outside every member is on this socket.
 fn resolve(ctx: &Ctx, pid: Option<u32>, outside: Caller) -> Caller {
+    resolve_rooted(ctx, pid, outside).0
+}
+
+/// [`resolve`], and the root pid of the member it resolved to.
+fn resolve_rooted(ctx: &Ctx, pid: Option<u32>, outside: Caller) -> (Caller, Option<u32>) {
     let Some(p) = pid else {
-        return Caller::Unresolved {
-            pid,
-            why: "the connection carries no peer pid".into(),
-        };
+        return (
+            Caller::Unresolved {
+                pid,
+                why: "the connection carries no peer pid".into(),
+            },
+            None,
+        );
     };
     let claim = claimed_member(p).filter(|c| !c.is_empty());
-    match (standing(ctx, p), claim) {
+    let caller = match (standing(ctx, p), claim) {
         (Standing::Unknown(why), _) => Caller::Unresolved { pid, why },
-        (Standing::Member(m), Some(c)) if c != m.name.as_str() => Caller::Unresolved {
+        (Standing::Member { who, .. }, Some(c)) if c != who.name.as_str() => Caller::Unresolved {
             pid,
             why: format!(
                 "it runs in the process tree of `{}` but was started for `{}` (FLEETD_MEMBER): a helper shared between members answers for none of them",
-                m.name,
+                who.name,
                 fleetd_actors::types::truncate(&c, 40)
             ),
         },
-        (Standing::Member(m), _) => Caller::Member(m),
+        (Standing::Member { who, root }, _) => return (Caller::Member(who), Some(root)),
         (Standing::Outside, Some(c)) => Caller::Unresolved {
             pid,
             why: format!(
@@ -115,6 +123,79 @@ fn resolve(ctx: &Ctx, pid: Option<u32>, outside: Caller) -> Caller {
             ),
         },
         (Standing::Outside, None) => outside,
+    };
+    (caller, None)
+}
+
+/// A process as `/proc/<pid>/stat` shows it: its parent and its start time (clock ticks since
+/// boot), which together tell the same process from a later one with a reused pid, and one that
+/// has been moved to another parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ppid: u32,
+    start: u64,
+}
+
+fn stamp(pid: u32) -> Option<Stamp> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After "(comm)": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+    // utime stime cutime cstime priority nice num_threads itrealvalue starttime (field 22).
+    let mut f = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let ppid = f.nth(1)?.parse().ok()?;
+    let start = f.nth(17)?.parse().ok()?;
+    Some(Stamp { ppid, start })
+}
+
+/// An MCP connection's caller, resolved in full (the `/proc` ancestry walk and the environment
+/// read) on its first call and again only when something it rests on changed: the connecting
+/// process (same pid, same start time, same parent) and, for a member, that member still being
+/// registered at the same root process. Each later call costs one `/proc/<pid>/stat` read and
+/// one index lookup. A caller that resolved as unresolved is never kept.
+#[derive(Debug)]
+pub struct ConnectionCaller {
+    pid: Option<u32>,
+    kept: std::sync::Mutex<Option<(Caller, Option<u32>, Stamp)>>,
+}
+
+impl ConnectionCaller {
+    pub fn new(pid: Option<u32>) -> Self {
+        ConnectionCaller {
+            pid,
+            kept: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The connecting process.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    pub fn get(&self, ctx: &Ctx) -> Caller {
+        let Some(pid) = self.pid else {
+            return mcp_caller(ctx, None);
+        };
+        let now = stamp(pid);
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some((caller, root, at)), Some(now)) = (kept.as_ref(), now)
+            && *at == now
+        {
+            let still = match (caller, root) {
+                (Caller::Member(m), Some(r)) => ctx.member_by_pid(*r).as_ref() == Some(m),
+                (Caller::NotMember { .. }, None) => true,
+                _ => false,
+            };
+            if still {
+                return caller.clone();
+            }
+        }
+        let (caller, root) = resolve_rooted(ctx, Some(pid), Caller::NotMember { pid: Some(pid) });
+        *kept = match (&caller, now) {
+            (Caller::Member(_) | Caller::NotMember { .. }, Some(now)) => {
+                Some((caller.clone(), root, now))
+            }
+            _ => None,
+        };
+        caller
     }
 }
 
@@ -168,7 +249,10 @@ mod tests {
         };
         assert_eq!(
             standing_with(100, member, tree),
-            Standing::Member(w1.clone())
+            Standing::Member {
+                who: w1.clone(),
+                root: 50
+            }
         );
         // 10 -> 1: outside, read to init.
         assert_eq!(standing_with(10, member, tree), Standing::Outside);
@@ -189,6 +273,22 @@ mod tests {
         assert!(
             matches!(standing_with(1_000, member, deep), Standing::Unknown(w) if w.contains("deeper than 128"))
         );
+    }
+
+    #[test]
+    fn a_stamp_names_the_parent_and_tells_processes_apart() {
+        let me = stamp(std::process::id()).unwrap();
+        assert_eq!(me.ppid, std::os::unix::process::parent_id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        let theirs = stamp(child.id()).unwrap();
+        assert_eq!(theirs.ppid, std::process::id());
+        assert!(theirs.start >= me.start);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(stamp(child.id()), None, "a reaped process has no stamp");
     }
 
     #[test]

@@ -215,7 +215,7 @@ fn need<T>(v: Option<T>, field: &str, action: &str) -> Result<T, FleetError> {
 #[derive(Clone)]
 pub struct FleetTools {
     fleet: Fleet,
-    pid: Option<u32>,
+    caller: Arc<identity::ConnectionCaller>,
     max_request: usize,
     tool_router: ToolRouter<FleetTools>,
 }
@@ -225,7 +225,7 @@ impl FleetTools {
     pub fn new(fleet: Fleet, pid: Option<u32>) -> Self {
         FleetTools {
             fleet,
-            pid,
+            caller: Arc::new(identity::ConnectionCaller::new(pid)),
             max_request: usize::MAX,
             tool_router: Self::tool_router(),
         }
@@ -237,9 +237,10 @@ impl FleetTools {
         self
     }
 
-    /// The caller, resolved from the connection at every call (never from arguments).
+    /// The caller, from the connection (never from arguments): resolved on the first call and
+    /// re-checked at every call (`identity::ConnectionCaller`).
     fn caller(&self) -> Caller {
-        identity::mcp_caller(&self.fleet.ctx, self.pid)
+        self.caller.get(&self.fleet.ctx)
     }
 
     #[tool(
@@ -259,7 +260,7 @@ impl FleetTools {
         Parameters(a): Parameters<SpawnArgs>,
     ) -> Result<CallToolResult, McpError> {
         let c = self.caller();
-        let cwd = self.pid.and_then(identity::cwd_of);
+        let cwd = self.caller.pid().and_then(identity::cwd_of);
         let r = self
             .fleet
             .spawn(

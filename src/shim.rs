@@ -802,15 +802,62 @@ fn drop_link(
     core.lost(unsent)
 }
 
+/// What kind of file one end of the agent's stdio is: a pipe or a socket (what agents give their
+/// MCP servers) can be read and written without a thread hop, where tokio's stdin/stdout hand
+/// each operation to the blocking pool; a terminal or a file cannot.
+fn dup_if_pipe_or_socket<F: std::os::fd::AsFd>(fd: F) -> Option<(std::os::fd::OwnedFd, bool)> {
+    use nix::sys::stat::SFlag;
+    let owned = nix::unistd::dup(fd).ok()?;
+    let st = nix::sys::stat::fstat(&owned).ok()?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFIFO {
+        Some((owned, true))
+    } else if kind == SFlag::S_IFSOCK {
+        Some((owned, false))
+    } else {
+        None
+    }
+}
+
+fn socket(fd: std::os::fd::OwnedFd) -> Option<UnixStream> {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    s.set_nonblocking(true).ok()?;
+    UnixStream::from_std(s).ok()
+}
+
+/// The agent's stdin, non-blocking when it can be.
+fn stdin() -> Box<dyn AsyncRead + Unpin> {
+    let fast: Option<Box<dyn AsyncRead + Unpin>> = dup_if_pipe_or_socket(std::io::stdin())
+        .and_then(|(fd, fifo)| {
+            if fifo {
+                tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                    .ok()
+                    .map(|r| Box::new(r) as _)
+            } else {
+                socket(fd).map(|s| Box::new(s) as _)
+            }
+        });
+    fast.unwrap_or_else(|| Box::new(tokio::io::stdin()))
+}
+
+/// The agent's stdout, non-blocking when it can be.
+fn stdout() -> Box<dyn AsyncWrite + Unpin + Send> {
+    let fast: Option<Box<dyn AsyncWrite + Unpin + Send>> = dup_if_pipe_or_socket(std::io::stdout())
+        .and_then(|(fd, fifo)| {
+            if fifo {
+                tokio::net::unix::pipe::Sender::from_owned_fd(fd)
+                    .ok()
+                    .map(|w| Box::new(w) as _)
+            } else {
+                socket(fd).map(|s| Box::new(s) as _)
+            }
+        });
+    fast.unwrap_or_else(|| Box::new(tokio::io::stdout()))
+}
+
 /// `fleetd mcp` on this process's stdio.
 pub async fn run_stdio(socket: PathBuf, reconnect_for: Duration) -> anyhow::Result<()> {
-    run(
-        socket,
-        reconnect_for,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    )
-    .await
+    run(socket, reconnect_for, stdin(), stdout()).await
 }
 
 #[cfg(test)]

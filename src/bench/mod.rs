@@ -172,28 +172,6 @@ async fn mcp_client(
     Ok(().serve(t).await?)
 }
 
-async fn time_calls(
-    svc: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
-    tool: &str,
-    args: Value,
-    n: usize,
-) -> anyhow::Result<Vec<Duration>> {
-    let mut p = CallToolRequestParams::new(tool.to_string());
-    if let Value::Object(m) = args {
-        p = p.with_arguments(m);
-    }
-    for _ in 0..20 {
-        svc.call_tool(p.clone()).await?;
-    }
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        svc.call_tool(p.clone()).await?;
-        out.push(t.elapsed());
-    }
-    Ok(out)
-}
-
 /// `n` timed GETs of `path` on the REST socket, after 10 untimed ones.
 async fn time_gets(client: &Client, path: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
     let mut v = Vec::with_capacity(n);
@@ -1256,26 +1234,41 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
     let sd = daemon.layout.state_dir.display().to_string();
 
+    // The three MCP paths, called in turn (echo, shim, direct, echo, ...) so that whatever else
+    // the machine does falls on all three alike.
     let echo = mcp_client(&["echo-server"], &[]).await?;
-    let base_mcp = stats(
-        "rmcp echo via stdio (baseline)",
-        time_calls(&echo, "echo", json!({"text": "x"}), args.iterations).await?,
-    );
-    let _ = echo.cancel().await;
     let shim = mcp_client(&["mcp"], &[("FLEETD_STATE_DIR", sd.clone())]).await?;
-    let ours_mcp = stats(
-        "fleet_whoami via fleetd mcp shim",
-        time_calls(&shim, "fleet_whoami", json!({}), args.iterations).await?,
-    );
-    let _ = shim.cancel().await;
-    // Where the shim's time goes: the same call on mcp.sock directly, without the shim.
     let direct =
         ().serve(tokio::net::UnixStream::connect(daemon.layout.state_dir.join("mcp.sock")).await?)
             .await?;
-    let direct_mcp = stats(
-        "  of which the daemon (mcp.sock direct)",
-        time_calls(&direct, "fleet_whoami", json!({}), args.iterations).await?,
-    );
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    for round in 0..args.iterations + 20 {
+        for (i, (svc, tool, a)) in [
+            (&echo, "echo", json!({"text": "x"})),
+            (&shim, "fleet_whoami", json!({})),
+            (&direct, "fleet_whoami", json!({})),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut p = CallToolRequestParams::new(tool.to_string());
+            if let Value::Object(m) = a {
+                p = p.with_arguments(m);
+            }
+            let t = Instant::now();
+            svc.call_tool(p).await?;
+            if round >= 20 {
+                times[i].push(t.elapsed());
+            }
+        }
+    }
+    let [echo_t, shim_t, direct_t] = times;
+    let base_mcp = stats("rmcp echo via stdio (baseline)", echo_t);
+    let ours_mcp = stats("fleet_whoami via fleetd mcp shim", shim_t);
+    // Where the shim's time goes: the same call on mcp.sock directly, without the shim.
+    let direct_mcp = stats("  of which the daemon (mcp.sock direct)", direct_t);
+    let _ = echo.cancel().await;
+    let _ = shim.cancel().await;
     let _ = direct.cancel().await;
 
     let n = args.send_iterations;
