@@ -149,12 +149,24 @@ fn stamp(pid: u32) -> Option<Stamp> {
 /// An MCP connection's caller, resolved in full (the `/proc` ancestry walk and the environment
 /// read) on its first call and again only when something it rests on changed: the connecting
 /// process (same pid, same start time, same parent) and, for a member, that member still being
-/// registered at the same root process. Each later call costs one `/proc/<pid>/stat` read and
-/// one index lookup. A caller that resolved as unresolved is never kept.
+/// registered at the same root process; for a process outside every member, no member having
+/// been registered or cleared since (it may have connected before its member's pid was known).
+/// Each later call costs one `/proc/<pid>/stat` read and one index lookup. A caller that
+/// resolved as unresolved is never kept.
 #[derive(Debug)]
 pub struct ConnectionCaller {
     pid: Option<u32>,
-    kept: std::sync::Mutex<Option<(Caller, Option<u32>, Stamp)>>,
+    kept: std::sync::Mutex<Option<Kept>>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    caller: Caller,
+    /// The member's root process, for a member.
+    root: Option<u32>,
+    /// The pid index's version, for a caller outside every member.
+    version: u64,
+    stamp: Stamp,
 }
 
 impl ConnectionCaller {
@@ -176,23 +188,27 @@ impl ConnectionCaller {
         };
         let now = stamp(pid);
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some((caller, root, at)), Some(now)) = (kept.as_ref(), now)
-            && *at == now
+        if let (Some(k), Some(now)) = (kept.as_ref(), now)
+            && k.stamp == now
         {
-            let still = match (caller, root) {
-                (Caller::Member(m), Some(r)) => ctx.member_by_pid(*r).as_ref() == Some(m),
-                (Caller::NotMember { .. }, None) => true,
+            let still = match (&k.caller, k.root) {
+                (Caller::Member(m), Some(r)) => ctx.member_by_pid(r).as_ref() == Some(m),
+                (Caller::NotMember { .. }, None) => ctx.pids_version() == k.version,
                 _ => false,
             };
             if still {
-                return caller.clone();
+                return k.caller.clone();
             }
         }
+        let version = ctx.pids_version();
         let (caller, root) = resolve_rooted(ctx, Some(pid), Caller::NotMember { pid: Some(pid) });
         *kept = match (&caller, now) {
-            (Caller::Member(_) | Caller::NotMember { .. }, Some(now)) => {
-                Some((caller.clone(), root, now))
-            }
+            (Caller::Member(_) | Caller::NotMember { .. }, Some(stamp)) => Some(Kept {
+                caller: caller.clone(),
+                root,
+                version,
+                stamp,
+            }),
             _ => None,
         };
         caller
@@ -273,6 +289,52 @@ mod tests {
         assert!(
             matches!(standing_with(1_000, member, deep), Standing::Unknown(w) if w.contains("deeper than 128"))
         );
+    }
+
+    fn ctx(dir: &std::path::Path) -> Ctx {
+        use fleetd_actors::clock::{Clock, SystemClock};
+        let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
+        Ctx::new(
+            fleetd_actors::store::Store::open(&dir.join("state.redb")).unwrap(),
+            std::sync::Arc::new(fleetd_actors::events::EventBus::new(clock.clone(), 16)),
+            clock,
+            fleetd_actors::config::Config::default(),
+            std::sync::Arc::new(crate::term::HostBackend::new(dir, "/bin/false".into()).unwrap()),
+            dir.to_path_buf(),
+            "/bin/false".into(),
+            0,
+            ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
+        )
+    }
+
+    /// A connection's caller is kept between calls, but not past a change that could alter it:
+    /// a process that connected before its member was registered becomes that member.
+    #[test]
+    fn a_kept_caller_follows_member_registration() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let me = std::process::id();
+        let c = ConnectionCaller::new(Some(me));
+        assert!(matches!(c.get(&ctx), Caller::NotMember { .. }));
+        assert!(matches!(c.get(&ctx), Caller::NotMember { .. }));
+        let w1 = MemberIdentity {
+            name: MemberName::new("w1").unwrap(),
+            role: Role::Worker,
+            slot: None,
+        };
+        // This process becomes a member's root (as a member's agent is).
+        ctx.set_pid(me, w1.clone());
+        assert_eq!(c.get(&ctx), Caller::Member(w1.clone()));
+        assert_eq!(c.get(&ctx), Caller::Member(w1.clone()));
+        // The member exits: the connection is no longer its.
+        ctx.clear_pid(&w1.name);
+        assert!(matches!(c.get(&ctx), Caller::NotMember { .. }));
+        // A connection whose process is gone is unresolved, never kept.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let c = ConnectionCaller::new(Some(gone));
+        assert!(matches!(c.get(&ctx), Caller::Unresolved { .. }));
     }
 
     #[test]

@@ -279,6 +279,9 @@ pub struct Ctx {
     /// Member root pid -> identity, kept by the registry shell; the daemon walks a caller's
     /// process ancestry against it.
     pids: RwLock<HashMap<u32, MemberIdentity>>,
+    /// Bumped at every change of `pids`, so a caller resolved as outside every member can be
+    /// kept until a member is registered.
+    pids_version: AtomicU64,
     next_msg: AtomicU64,
     pub state_dir: PathBuf,
     /// This fleetd binary, for `{fleetd}` in profile commands.
@@ -333,6 +336,7 @@ impl Ctx {
             term,
             dir: Dir::default(),
             pids: RwLock::new(HashMap::new()),
+            pids_version: AtomicU64::new(0),
             next_msg: AtomicU64::new(last_msg_id + 1),
             state_dir,
             fleetd_exe,
@@ -428,10 +432,17 @@ impl Ctx {
         let mut g = write(&self.pids);
         g.retain(|_, m| m.name != who.name);
         g.insert(pid, who);
+        self.pids_version.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn clear_pid(&self, name: &MemberName) {
         write(&self.pids).retain(|_, m| &m.name != name);
+        self.pids_version.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Changes whenever a member's pid is registered or cleared.
+    pub fn pids_version(&self) -> u64 {
+        self.pids_version.load(Ordering::SeqCst)
     }
 
     pub fn member_by_pid(&self, pid: u32) -> Option<MemberIdentity> {
