@@ -1131,6 +1131,7 @@ impl Fleet {
             // Never durable yet: this records it, as undeliverable, so it does not dangle.
             desk.cast(DeskMsg::Undeliverable {
                 tickets: vec![(ticket.id, e.to_string())],
+                requeued: false,
             });
             return Err(e);
         }
@@ -2000,9 +2001,16 @@ impl Fleet {
         .await?;
         // The slot told the injector of the exit before it answered. A call queued behind that
         // returns once the injector has failed every queued message and handed their tickets
-        // to the desk (or has stopped), so when a stop returns, a listing shows them settled.
+        // to the desk (or has stopped); the desk's `Settled` then waits until it has settled
+        // them (a chunk at a time, serving others in between), so when a stop returns, a
+        // listing shows them settled.
         if let Some(i) = self.ctx.dir.injector(&name) {
             let _ = i.call(|reply| InjectorMsg::Queue { reply }, CALL).await;
+            if let Ok(desk) = self.desk().await {
+                let _ = desk
+                    .call(|reply| DeskMsg::Settled { reply }, Duration::from_secs(60))
+                    .await;
+            }
         }
         let rec = self
             .member(&name)

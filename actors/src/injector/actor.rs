@@ -17,9 +17,6 @@ use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::Ticket;
 use crate::types::{MemberName, MsgId, Status, TicketId, Written};
 
-/// Undeliverable tickets go to the desk at most this many per message.
-const UNDELIVERABLE_CHUNK: usize = 256;
-
 pub enum InjectorMsg {
     /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
     /// committed in the same transaction as the message, so a send costs one fsync.
@@ -203,12 +200,12 @@ impl InjectorActorState {
         if !failed.is_empty()
             && let Ok(desk) = self.ctx.dir.tickets()
         {
-            // In chunks, so the desk serves other members' requests between them.
-            for chunk in failed.chunks(UNDELIVERABLE_CHUNK) {
-                desk.cast(DeskMsg::Undeliverable {
-                    tickets: chunk.to_vec(),
-                });
-            }
+            // All at once: the desk settles them a chunk at a time, serving other members'
+            // requests between chunks.
+            desk.cast(DeskMsg::Undeliverable {
+                tickets: failed,
+                requeued: false,
+            });
         }
         for m in saved {
             self.ctx.events.emit(EventKind::Receipt {

@@ -57,9 +57,15 @@ pub enum DeskMsg {
         tail: String,
     },
     /// Tickets whose messages cannot be delivered, each with why (many at once when a member
-    /// with a long queue exits: one commit per message, not one per ticket).
+    /// with a long queue exits). The desk settles `UNDELIVERABLE_CHUNK` of them per commit and
+    /// sends itself the rest (`requeued`), so other members' requests are served in between.
     Undeliverable {
         tickets: Vec<(TicketId, String)>,
+        requeued: bool,
+    },
+    /// Answered once every undeliverable ticket handed over before it is settled.
+    Settled {
+        reply: RpcReplyPort<()>,
     },
     Wait {
         ticket: TicketId,
@@ -103,7 +109,13 @@ pub struct DeskState {
     waiters: HashMap<u64, RpcReplyPort<Result<WaitOutcome, FleetError>>>,
     next_waiter: u64,
     timer: Timer,
+    /// Remainders of undeliverable batches the desk sent itself and has not settled yet.
+    requeued: usize,
+    settled_waiters: Vec<RpcReplyPort<()>>,
 }
+
+/// Undeliverable tickets settled per commit.
+const UNDELIVERABLE_CHUNK: usize = 256;
 
 impl DeskState {
     async fn perform(&mut self, fx: Vec<Effect>) -> Result<(), FleetError> {
@@ -173,6 +185,8 @@ impl Actor for DeskActor {
             waiters: HashMap::new(),
             next_waiter: 1,
             timer: Timer::new(),
+            requeued: 0,
+            settled_waiters: vec![],
         })
     }
 
@@ -275,12 +289,41 @@ impl Actor for DeskActor {
                 let fx = st.core.turn_ended(ticket, tail, now);
                 st.perform(fx).await?;
             }
-            DeskMsg::Undeliverable { tickets } => {
+            DeskMsg::Undeliverable {
+                mut tickets,
+                requeued,
+            } => {
+                if requeued {
+                    st.requeued = st.requeued.saturating_sub(1);
+                }
+                let rest = if tickets.len() > UNDELIVERABLE_CHUNK {
+                    tickets.split_off(UNDELIVERABLE_CHUNK)
+                } else {
+                    vec![]
+                };
                 let mut fx = vec![];
                 for (ticket, why) in tickets {
                     fx.extend(st.core.undeliverable(ticket, &why, now));
                 }
                 st.perform(fx).await?;
+                if !rest.is_empty() {
+                    st.requeued += 1;
+                    let _ = myself.cast(DeskMsg::Undeliverable {
+                        tickets: rest,
+                        requeued: true,
+                    });
+                } else if st.requeued == 0 {
+                    for w in std::mem::take(&mut st.settled_waiters) {
+                        let _ = w.send(());
+                    }
+                }
+            }
+            DeskMsg::Settled { reply } => {
+                if st.requeued == 0 {
+                    let _ = reply.send(());
+                } else {
+                    st.settled_waiters.push(reply);
+                }
             }
             DeskMsg::Wait {
                 ticket,
