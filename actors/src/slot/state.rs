@@ -306,7 +306,7 @@ impl SlotCore {
         let written = self.written(msg, text, now);
         let mut fx = vec![];
         if written == Written::Yes {
-            self.evidence_on_screen(&mut fx);
+            self.evidence_on_screen(now, &mut fx);
         }
         (written, fx)
     }
@@ -496,7 +496,7 @@ impl SlotCore {
         }
     }
 
-    fn started(&mut self, by: Evidence, fx: &mut Vec<Effect>) {
+    fn started(&mut self, by: Evidence, now: Millis, fx: &mut Vec<Effect>) {
         if let Some(p) = &mut self.paste
             && p.entered
             && !p.started
@@ -507,6 +507,16 @@ impl SlotCore {
             if self.pin.is_some_and(|p| p.class == IDLE) {
                 self.pin = None;
             }
+            // And the screen's does not either: between the Enter and the first busy frame an
+            // agent's screen looks like its prompt (Claude Code shows the message submitted
+            // and an empty input box for ~100 ms). The turn is over when a signal says so or
+            // the screen has been still at the prompt for the stability window, not before:
+            // a next message pasted in that gap is typed into a running turn.
+            self.screen = WORKING;
+            self.dirty = true;
+            self.last_change = now;
+            // Published now: the slot tells the injector the status after a start at once.
+            self.refresh(Cause::Screen, now, fx);
         }
     }
 
@@ -514,7 +524,7 @@ impl SlotCore {
     /// dialog (which only a turn opens), or the message submitted (its header in the
     /// transcript and the input box empty again: a turn too quick for any frame to show it
     /// busy). Only counts after the Enter ([`Self::started`]).
-    fn evidence_on_screen(&mut self, fx: &mut Vec<Effect>) {
+    fn evidence_on_screen(&mut self, now: Millis, fx: &mut Vec<Effect>) {
         let window = scan_window(&self.last_contents, self.profile.scan_lines);
         let busy = hit(&self.profile.busy, &window);
         let submitted = self.paste.as_ref().is_some_and(|p| {
@@ -529,7 +539,7 @@ impl SlotCore {
                     .contains(&p.marker.chars().take(40).collect::<String>())
         });
         if busy || self.dialog || submitted {
-            self.started(Evidence::Screen, fx);
+            self.started(Evidence::Screen, now, fx);
         }
     }
 
@@ -567,9 +577,9 @@ impl SlotCore {
             }
         }
         if self.profile.busy.is_none() || busy {
-            self.started(Evidence::Screen, &mut fx);
+            self.started(Evidence::Screen, now, &mut fx);
         }
-        self.evidence_on_screen(&mut fx);
+        self.evidence_on_screen(now, &mut fx);
         self.refresh(Cause::Screen, now, &mut fx);
         fx
     }
@@ -613,7 +623,7 @@ impl SlotCore {
             p.entered = true;
             p.enter_at = now;
             // The agent may have answered before the host's word arrived.
-            self.evidence_on_screen(&mut fx);
+            self.evidence_on_screen(now, &mut fx);
         }
         fx
     }
@@ -742,14 +752,14 @@ impl SlotCore {
         match signal {
             Signal::TurnStarted { prompt } => {
                 if ours(&prompt, &self.paste) {
-                    self.started(Evidence::Hook, &mut fx);
+                    self.started(Evidence::Hook, now, &mut fx);
                 }
                 self.pin = pin(WORKING);
             }
             Signal::Working | Signal::Closing => self.pin = pin(WORKING),
             Signal::Idle { turn } => {
                 if turn.is_some() && ours(&turn, &self.paste) {
-                    self.started(Evidence::Hook, &mut fx);
+                    self.started(Evidence::Hook, now, &mut fx);
                 }
                 self.pin = pin(IDLE);
             }
@@ -1104,6 +1114,27 @@ mod tests {
             started(&c.pasted(MsgId(9), 40)),
             vec![(MsgId(9), Evidence::Screen)]
         );
+    }
+
+    /// Claude Code shows a submitted message and an empty input box for ~100 ms before its
+    /// first busy frame: that screen counts as the turn's start, and must not also count as its
+    /// end (the next message would be typed into the running turn). The status says working
+    /// from the start until the screen has been still at the prompt for the stability window.
+    #[test]
+    fn the_screen_that_shows_a_start_is_not_also_the_end_of_the_turn() {
+        let mut c = idle_tui();
+        c.paste(MsgId(8), "[fleet ticket t-8 from lead]\nquick");
+        c.pasted(MsgId(8), 20);
+        let fx = c.output(&frame(&["> [fleet ticket t-8 from lead] quick", "> "]), 30);
+        assert_eq!(started(&fx), vec![(MsgId(8), Evidence::Screen)]);
+        assert_eq!(c.status(), Status::Working, "{fx:?}");
+        assert!(!(c.status() == Status::Idle && c.injectable()));
+        // Still at the prompt for less than the window: still working.
+        assert!(statuses(&c.tick(30 + 99)).is_empty());
+        assert_eq!(c.status(), Status::Working);
+        // A whole window still: the turn was that quick after all.
+        c.tick(30 + 100);
+        assert_eq!((c.status(), c.injectable()), (Status::Idle, true));
     }
 
     #[test]
