@@ -256,7 +256,7 @@ pub struct LoadArgs {
     pub spawners: usize,
 }
 
-pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
+pub async fn run(args: &super::BenchArgs) -> anyhow::Result<serde_json::Value> {
     let a = &args.load;
     let dir = tempfile::Builder::new().prefix("fleetd-load-").tempdir()?;
     let mut cfg = fleetd_actors::config::Config::default();
@@ -391,28 +391,25 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
     let per_member_kb =
         |s: &Stage| (s.rss_kb.saturating_sub(base.rss_kb)) as f64 / a.members as f64;
     let members_stage = stages[1].clone();
+    let doc = json!({
+        "members": a.members, "sse_clients": a.sse, "queued": a.queued,
+        "stages": stages.iter().map(|s| json!({
+            "stage": s.name, "rss_kb": s.rss_kb, "pss_kb": s.pss_kb, "status": s.status,
+            "status_p50_ratio": s.status.p50_us / base.status.p50_us,
+            "status_p99_ratio": s.status.p99_us / base.status.p99_us,
+        })).collect::<Vec<_>>(),
+        "spawn_secs": spawn_time.as_secs_f64(),
+        "spawn_secs_per_hundred": marks.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
+        "all_idle_secs": all_idle.as_secs_f64(),
+        "daemon_kb_per_member": per_member_kb(&members_stage),
+        "pty_hosts": hosts.len(), "pty_host_rss_kb_mean": host_rss as f64 / hosts.len().max(1) as f64,
+        "pty_host_pss_kb_mean": host_pss as f64 / hosts.len().max(1) as f64,
+        "idle_cpu_percent_of_one_core": idle_cpu, "idle_secs": a.idle_secs,
+        "queue_secs": queue_time.as_secs_f64(), "queued_seen": waiting,
+        "sse_events_read_min": fewest, "sse_events_read_max": most,
+    });
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "members": a.members, "sse_clients": a.sse, "queued": a.queued,
-                "stages": stages.iter().map(|s| json!({
-                    "stage": s.name, "rss_kb": s.rss_kb, "pss_kb": s.pss_kb, "status": s.status,
-                    "status_p50_ratio": s.status.p50_us / base.status.p50_us,
-                    "status_p99_ratio": s.status.p99_us / base.status.p99_us,
-                })).collect::<Vec<_>>(),
-                "spawn_secs": spawn_time.as_secs_f64(),
-                "spawn_secs_per_hundred": marks.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
-                "all_idle_secs": all_idle.as_secs_f64(),
-                "daemon_kb_per_member": per_member_kb(&members_stage),
-                "pty_hosts": hosts.len(), "pty_host_rss_kb_mean": host_rss as f64 / hosts.len().max(1) as f64,
-                "pty_host_pss_kb_mean": host_pss as f64 / hosts.len().max(1) as f64,
-                "idle_cpu_percent_of_one_core": idle_cpu, "idle_secs": a.idle_secs,
-                "queue_secs": queue_time.as_secs_f64(), "queued_seen": waiting,
-                "sse_events_read_min": fewest, "sse_events_read_max": most,
-            }))?
-        );
-        return Ok(());
+        return Ok(doc);
     }
     println!(
         "load: {} members (cat, generic), {} SSE clients, {} messages queued for one never-idle member",
@@ -472,5 +469,5 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<()> {
         waiting
     );
     println!("SSE: each client read between {fewest} and {most} events");
-    Ok(())
+    Ok(doc)
 }

@@ -37,7 +37,9 @@ pub struct BenchArgs {
     /// against a raw quinn echo and redb commits), `anchors` (one anchor pull of `--peers`
     /// remote identities against a raw echo of the same bytes and bare signature checks), or
     /// `load` (a daemon with `--members` members, `--sse` event readers and `--queued` waiting
-    /// messages: its memory, CPU and `status` latency at each stage).
+    /// messages: its memory, CPU and `status` latency at each stage), or `all` (fleet, ledger,
+    /// mail and load in one run, with issue 13's targets checked; `--json` prints one document,
+    /// schema `fleetd.bench.all/1`).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -68,6 +70,8 @@ pub enum Which {
     Mail,
     Anchors,
     Load,
+    /// Every measurement above in one run, with issue 13's targets checked.
+    All,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -457,7 +461,7 @@ fn fsync_rate(dir: &std::path::Path, secs: u64) -> anyhow::Result<f64> {
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
-async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
+async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
     let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
@@ -480,18 +484,12 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
     let vk = fleetd_actors::keys::parse_public(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
     let report = fleetd_actors::ledger::state::verify(&text, Some(&vk))
         .map_err(|b| anyhow::anyhow!("the benchmark's ledger does not verify: {b}"))?;
-    if args.json {
-        let v: Vec<Value> = rows
-            .iter()
-            .map(|(w, r, n)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries})
-            )?
-        );
-    } else {
+    let v: Vec<Value> = rows
+        .iter()
+        .map(|(w, r, n)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync}))
+        .collect();
+    let doc = json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries});
+    if !args.json {
         println!(
             "raw 200 B append + fdatasync: {fsync:.0}/s (before {fsync_before:.0}/s, after {fsync_after:.0}/s)"
         );
@@ -507,7 +505,7 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<()> {
             report.entries, report.checkpoints
         );
     }
-    Ok(())
+    Ok(doc)
 }
 
 /// A KB of `n` peers: each logs a signed clean anchor about itself and a signed observation of
@@ -538,7 +536,7 @@ fn drift_kb(kb: &std::path::Path, key: &ed25519_dalek::SigningKey, n: usize) -> 
     Ok(())
 }
 
-async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
+async fn run_drift(args: &BenchArgs) -> anyhow::Result<Value> {
     use fleetd_actors::drift::{gates, line};
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let state = dir.path().join("state");
@@ -670,18 +668,14 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
     let batch = stats("ed25519 verify_batch", batch_t);
     let daemon_s = stats("daemon pass (scheduler + pullers)", steady);
     let rate = |s: &Stats| n / (s.p50_us / 1e6);
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "peers": args.peers, "signatures": sigs,
-                "core_pass": total, "read": read, "index": index, "gates": gates_s,
-                "verify_single": single, "verify_batch": batch,
-                "daemon_pass": daemon_s, "daemon_first_pass_us": first.0.as_micros() as u64, "late": late,
-                "sigs_per_sec": {"core_pass": rate(&total), "daemon_pass": rate(&daemon_s), "verify_single": rate(&single), "verify_batch": rate(&batch)},
-            }))?
-        );
-    } else {
+    let doc = json!({
+        "peers": args.peers, "signatures": sigs,
+        "core_pass": total, "read": read, "index": index, "gates": gates_s,
+        "verify_single": single, "verify_batch": batch,
+        "daemon_pass": daemon_s, "daemon_first_pass_us": first.0.as_micros() as u64, "late": late,
+        "sigs_per_sec": {"core_pass": rate(&total), "daemon_pass": rate(&daemon_s), "verify_single": rate(&single), "verify_batch": rate(&batch)},
+    });
+    if !args.json {
         println!(
             "{} peers, {sigs} signed lines ({} per pass)",
             args.peers, sigs
@@ -713,7 +707,7 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<()> {
             daemon_s.p50_us / total.p50_us
         );
     }
-    Ok(())
+    Ok(doc)
 }
 
 /// One round trip on a raw echo: `payload` out on a new bi stream, the echo back (at most
@@ -777,7 +771,7 @@ fn endpoint_pair(
     Ok((eb, ea))
 }
 
-async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
+async fn run_link(args: &BenchArgs) -> anyhow::Result<Value> {
     use crate::link::wire::{self, Request, Response};
     let (ka, kb) = (
         fleetd_actors::keys::generate(),
@@ -855,14 +849,8 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
         stats("link request (Ping, 200 B)", ours_t),
         stats("raw quinn echo, 200 B (baseline)", raw_t),
     );
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"ours": o, "baseline": r, "p50_ratio": o.p50_us / r.p50_us, "ours_per_sec_32": ours_rate, "raw_per_sec_32": raw_rate})
-            )?
-        );
-    } else {
+    let doc = json!({"ours": o, "baseline": r, "p50_ratio": o.p50_us / r.p50_us, "ours_per_sec_32": ours_rate, "raw_per_sec_32": raw_rate});
+    if !args.json {
         print_p50_p99([&r, &o]);
         println!(
             "  -> p50 ratio {:.2}x, p99 ratio {:.2}x",
@@ -874,14 +862,14 @@ async fn run_link(args: &BenchArgs) -> anyhow::Result<()> {
             ours_rate / raw_rate
         );
     }
-    Ok(())
+    Ok(doc)
 }
 
 /// Two daemons in this process linked over loopback; `a`'s primary (as the post office sees it)
 /// sends to `lead@b`. A round trip is `fleet_send` until the ticket's receipt says
 /// `transmitted`: durable in a's outbox (with its ticket), one Deliver request, durable in b's
 /// inbox with b's mark, the acknowledgement, and a's ticket updated durably.
-async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
+async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     use fleetd_actors::config::{Config, PeerConfig};
     use fleetd_actors::events::EventKind;
     use fleetd_actors::types::{Caller, MemberIdentity, MemberName, Role};
@@ -1013,16 +1001,10 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
         stats("raw quinn echo, 200 B (baseline)", raw_t),
         stats("one redb commit (baseline)", redb_commit),
     );
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
+    let doc = json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
                 "p50_ratio_echo": o.p50_us / r.p50_us, "p50_ratio_echo_plus_3_commits": o.p50_us / (r.p50_us + 3.0 * c.p50_us),
-                "mail_per_sec": mail_rate})
-            )?
-        );
-    } else {
+                "mail_per_sec": mail_rate});
+    if !args.json {
         print_p50_p99([&r, &c, &o, &a]);
         println!(
             "  -> p50 {:.2}x a raw echo; {:.2}x (echo + 3 redb commits)",
@@ -1034,7 +1016,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
             mail_rate / c.per_sec
         );
     }
-    Ok(())
+    Ok(doc)
 }
 
 /// One anchor pull of `args.peers` remote identities: the home host reads its KB for its served
@@ -1042,7 +1024,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<()> {
 /// against the home key and runs G3 across hosts on them, and the local gates (G1-G4) then run on
 /// them as the drift pass does. Baselines in the same run: a raw quinn
 /// echo of the same number of bytes, and `verify_strict` of the same signatures alone.
-async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
+async fn run_anchors(args: &BenchArgs) -> anyhow::Result<Value> {
     use crate::link::wire::{self, Request, Response};
     use fleetd_actors::drift::line::{self, NewLine};
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
@@ -1172,14 +1154,8 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
         stats("whole pull", total_t),
         stats("then: G1-G4 on them in the drift pass", gates_t),
     ];
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"peers": args.peers, "bytes": bytes, "rows": rows})
-            )?
-        );
-    } else {
+    let doc = json!({"peers": args.peers, "bytes": bytes, "rows": rows});
+    if !args.json {
         println!(
             "one pull of {} remote identities ({} KiB on the wire)",
             args.peers,
@@ -1192,7 +1168,7 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<()> {
             rows[4].p50_us / rows[1].p50_us
         );
     }
-    Ok(())
+    Ok(doc)
 }
 
 /// `n` round trips of a raw quinn echo (200 B) over loopback.
@@ -1221,15 +1197,170 @@ async fn raw_echo_samples(n: usize) -> anyhow::Result<Vec<Duration>> {
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    match args.which {
-        Which::Ledger => return run_ledger(&args).await,
-        Which::Drift => return run_drift(&args).await,
-        Which::Link => return run_link(&args).await,
-        Which::Mail => return run_mail(&args).await,
-        Which::Anchors => return run_anchors(&args).await,
-        Which::Load => return load::run(&args).await,
-        Which::Fleet => {}
+    let doc = match args.which {
+        Which::All => run_all(&args).await?,
+        Which::Ledger => run_ledger(&args).await?,
+        Which::Drift => run_drift(&args).await?,
+        Which::Link => run_link(&args).await?,
+        Which::Mail => run_mail(&args).await?,
+        Which::Anchors => run_anchors(&args).await?,
+        Which::Load => load::run(&args).await?,
+        Which::Fleet => run_fleet(&args).await?,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     }
+    Ok(())
+}
+
+/// One of issue 13's targets: a figure from one run, the bound, and whether it holds.
+fn target(id: &str, what: &str, value: Option<f64>, op: &str, bound: f64) -> Value {
+    let met = value.map(|v| if op == "<=" { v <= bound } else { v >= bound });
+    json!({"id": id, "what": what, "value": value, "op": op, "target": bound, "met": met})
+}
+
+/// `fleetd bench all`: the fleet, ledger, mail and load measurements in one run, and issue 13's
+/// targets computed from them (each a ratio to a baseline of the same run, or a bound on a
+/// footprint), in one document whose `schema` names its shape.
+async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
+    let quiet = BenchArgs {
+        json: true,
+        ..args.clone()
+    };
+    let say = |what: &str| {
+        if !args.json {
+            eprintln!("bench all: {what}...");
+        }
+    };
+    say("fleet (MCP, send)");
+    let fleet = run_fleet(&quiet).await?;
+    say("ledger");
+    let ledger = run_ledger(&quiet).await?;
+    say("mail");
+    let mail = run_mail(&quiet).await?;
+    say("load");
+    let load = load::run(&quiet).await?;
+    let f = |v: &Value| v.as_f64();
+    let echo = f(&fleet["pairs"][0]["baseline"]["p50_us"]);
+    let send_ack = f(&fleet["send_ack"]["p50_us"]).zip(
+        f(&fleet["rest"]["p50_us"])
+            .zip(f(&fleet["redb_commit"]["p50_us"]))
+            .map(|(r, c)| r + c),
+    );
+    let ledger64 = ledger["ledger"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["writers"] == 64))
+        .and_then(|r| f(&r["ratio_to_fsync"]));
+    let members = load["members"].as_u64().unwrap_or(0);
+    let targets = vec![
+        target(
+            "mcp_round_trip",
+            "MCP tool round trip through fleetd mcp / a bare rmcp stdio echo, p50",
+            f(&fleet["pairs"][0]["p50_ratio"]),
+            "<=",
+            1.5,
+        ),
+        target(
+            "send_to_pty",
+            "fleet_send -> bytes in an idle target's PTY / a bare rmcp stdio echo, p50",
+            f(&fleet["pairs"][1]["ours"]["p50_us"])
+                .zip(echo)
+                .map(|(o, e)| o / e),
+            "<=",
+            3.0,
+        ),
+        target(
+            "send_ack",
+            "send -> durable acknowledgement / (one REST round trip + one redb commit), p50",
+            send_ack.map(|(a, b)| a / b),
+            "<=",
+            1.3,
+        ),
+        target(
+            "ledger_appends_64_writers",
+            "ledger appends/s with 64 writers / raw fdatasync rate",
+            ledger64,
+            ">=",
+            25.0,
+        ),
+        target(
+            "mail_send",
+            "lead-to-lead mail send -> transmitted / (raw quinn echo + 3 redb commits), p50",
+            f(&mail["p50_ratio_echo_plus_3_commits"]),
+            "<=",
+            1.3,
+        ),
+        target(
+            "pty_host_pss_kb",
+            "PSS of one idle member's PTY host process, KiB",
+            f(&load["pty_host_pss_kb_mean"]),
+            "<=",
+            400.0,
+        ),
+        target(
+            "pty_host_rss_kb",
+            "RSS of one idle member's PTY host process, KiB",
+            f(&load["pty_host_rss_kb_mean"]),
+            "<=",
+            3072.0,
+        ),
+        target(
+            "daemon_kb_per_member",
+            "daemon RSS per idle member, KiB",
+            f(&load["daemon_kb_per_member"]),
+            "<=",
+            50.0,
+        ),
+        target(
+            "idle_cpu_percent",
+            "daemon CPU with the fleet idle, % of one core",
+            f(&load["idle_cpu_percent_of_one_core"]),
+            "<=",
+            1.0,
+        ),
+        target(
+            "spawn_secs_per_thousand",
+            "spawning the members, one call each, seconds per 1,000",
+            f(&load["spawn_secs"]).map(|s| s * 1000.0 / members.max(1) as f64),
+            "<=",
+            10.0,
+        ),
+    ];
+    if !args.json {
+        println!(
+            "{:<28} {:>12} {:>3} {:>8}  met",
+            "target", "value", "", "bound"
+        );
+        for t in &targets {
+            println!(
+                "{:<28} {:>12} {:>3} {:>8.1}  {}",
+                t["id"].as_str().unwrap_or(""),
+                t["value"]
+                    .as_f64()
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+                t["op"].as_str().unwrap_or(""),
+                t["target"].as_f64().unwrap_or(f64::NAN),
+                match t["met"].as_bool() {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "-",
+                }
+            );
+        }
+        println!(
+            "(load with {members} members, {} SSE readers, {} queued, idle CPU over {} s)",
+            args.load.sse, args.load.queued, args.load.idle_secs
+        );
+    }
+    Ok(json!({
+        "schema": "fleetd.bench.all/1",
+        "targets": targets,
+        "runs": {"fleet": fleet, "ledger": ledger, "mail": mail, "load": load},
+    }))
+}
+
+/// MCP round trips and the send paths (the default).
+async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
     let sd = daemon.layout.state_dir.display().to_string();
@@ -1289,18 +1420,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(code == 0, "daemon did not shut down cleanly");
 
     let rows = [(&ours_mcp, &base_mcp), (&ours_send, &base_pty)];
-    if args.json {
-        let v: Vec<Value> = rows
-            .iter()
-            .map(|(o, b)| json!({"ours": o, "baseline": b, "p50_ratio": o.p50_us / b.p50_us, "p99_ratio": o.p99_us / b.p99_us}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"pairs": v, "send_ack": acked, "mcp_direct": direct_mcp})
-            )?
-        );
-    } else {
+    let v: Vec<Value> = rows
+        .iter()
+        .map(|(o, b)| json!({"ours": o, "baseline": b, "p50_ratio": o.p50_us / b.p50_us, "p99_ratio": o.p99_us / b.p99_us}))
+        .collect();
+    let doc = json!({"pairs": v, "send_ack": acked, "mcp_direct": direct_mcp, "rest": rest, "redb_commit": redb_commit, "raw_sync": raw_sync});
+    if !args.json {
         println!(
             "{:<38} {:>7} {:>10} {:>10} {:>10} {:>9}",
             "measurement", "n", "p50 µs", "p99 µs", "mean µs", "ops/s"
@@ -1331,5 +1456,5 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             acked.p50_us - rest.p50_us - redb_commit.p50_us
         );
     }
-    Ok(())
+    Ok(doc)
 }

@@ -653,15 +653,20 @@ async fn when_a_stop_returns_its_queued_tickets_are_settled() {
     );
 }
 
-/// The load harness (`fleetd bench load`) at a small scale: every member went idle, every
-/// message waits in the queue, every PTY host was found and measured, each event reader was
-/// fed, and each stage has its memory and `status` latency.
+/// `fleetd bench all` at a small scale: one document with issue 13's targets, each computed
+/// from its run; and in the load run every member went idle, every message waits in the
+/// queue, every PTY host was found and measured, each event reader was fed, and each stage has
+/// its memory and `status` latency.
 #[test]
-fn the_load_harness_measures_a_small_fleet() {
+fn the_bench_harness_measures_every_target_at_a_small_scale() {
     let out = Command::new(bin())
         .args([
             "bench",
-            "load",
+            "all",
+            "--send-iterations",
+            "10",
+            "--seconds",
+            "1",
             "--members",
             "30",
             "--sse",
@@ -677,10 +682,42 @@ fn the_load_harness_measures_a_small_fleet() {
         .env_remove("RUST_LOG")
         .env_remove("FLEETD_STATE_DIR")
         .output()
-        .expect("run fleetd bench load");
+        .expect("run fleetd bench all");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "bench load failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(out.status.success(), "bench all failed: {stderr}");
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(all["schema"], "fleetd.bench.all/1");
+    let targets = all["targets"].as_array().expect("targets");
+    let ids: Vec<&str> = targets.iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "mcp_round_trip",
+            "send_to_pty",
+            "send_ack",
+            "ledger_appends_64_writers",
+            "mail_send",
+            "pty_host_pss_kb",
+            "pty_host_rss_kb",
+            "daemon_kb_per_member",
+            "idle_cpu_percent",
+            "spawn_secs_per_thousand"
+        ]
+    );
+    for t in targets {
+        let v = t["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no value: {t}"));
+        assert!(v.is_finite() && v >= 0.0, "{t}");
+        let bound = t["target"].as_f64().unwrap();
+        let met = if t["op"] == "<=" {
+            v <= bound
+        } else {
+            v >= bound
+        };
+        assert_eq!(t["met"], met, "{t}");
+    }
+    let v = &all["runs"]["load"];
     assert_eq!(v["members"], 30);
     assert_eq!(v["pty_hosts"], 30, "{v}");
     assert_eq!(v["queued_seen"], 300, "{v}");
