@@ -3,6 +3,8 @@
 //! performs the effects. [`fleet::Fleet`] is the handle the front ends (MCP, REST, the demo)
 //! call. See `docs/ARCHITECTURE.md` in the repository for the map.
 
+#![forbid(unsafe_code)]
+
 pub mod agents;
 pub mod authz;
 pub mod clock;
