@@ -215,6 +215,13 @@ impl ShimCore {
         seq
     }
 
+    /// A line sent at once and not kept (a notification, an answer, a replay).
+    fn send_untracked(&mut self, line: Vec<u8>) -> Effect {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Effect::ToServer { seq, line }
+    }
+
     fn want_connection(&mut self, out: &mut Vec<Effect>) {
         if self.conn == (Conn::Down { connecting: false }) {
             self.conn = Conn::Down { connecting: true };
@@ -276,12 +283,7 @@ impl ShimCore {
             (None, Some("notifications/initialized")) => {
                 self.initialized = keep;
                 if self.conn == Conn::Up {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    out.push(Effect::ToServer {
-                        seq,
-                        line: line.to_vec(),
-                    });
+                    out.push(self.send_untracked(line.to_vec()));
                 }
                 // Otherwise the replay after the reconnect sends it, after `initialize`.
             }
@@ -292,14 +294,9 @@ impl ShimCore {
             _ => {
                 // Notifications, answers, and what is not JSON: sent once, in order.
                 if self.conn == Conn::Up {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    out.push(Effect::ToServer {
-                        seq,
-                        line: line.to_vec(),
-                    });
+                    out.push(self.send_untracked(line.to_vec()));
                 } else if keep.is_some() && self.items.len() < MAX_PENDING {
-                    let seq = self.push(Item {
+                    self.push(Item {
                         key: None,
                         id: None,
                         line: keep,
@@ -307,7 +304,6 @@ impl ShimCore {
                         sent: false,
                         what: method.unwrap_or_default(),
                     });
-                    let _ = seq;
                     self.want_connection(&mut out);
                 }
             }
@@ -342,9 +338,7 @@ impl ShimCore {
                 self.replay_key = None;
                 self.conn = Conn::Up;
                 if let Some(n) = self.initialized.clone() {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    out.push(Effect::ToServer { seq, line: n });
+                    out.push(self.send_untracked(n));
                 }
                 self.flush(&mut out);
                 return out;
@@ -375,7 +369,6 @@ impl ShimCore {
     /// A message from the agent too big for the shell to hold, being passed on as it comes
     /// (only while up): tracked by its id, never resent.
     pub fn passing_through_from_client(&mut self, id: Option<&Value>) {
-        let seq = self.next_seq;
         match id {
             Some(id) if !self.by_id.contains_key(&key_of(id)) => {
                 self.push(Item {
@@ -389,7 +382,6 @@ impl ShimCore {
             }
             _ => self.next_seq += 1,
         }
-        let _ = seq;
     }
 
     /// Send everything not yet sent, in the order it came.
@@ -476,9 +468,7 @@ impl ShimCore {
             Some((key, line)) => {
                 self.conn = Conn::Replaying;
                 self.replay_key = Some(key);
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                out.push(Effect::ToServer { seq, line });
+                out.push(self.send_untracked(line));
             }
             None => {
                 self.conn = Conn::Up;
