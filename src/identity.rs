@@ -16,12 +16,42 @@ use fleetd_actors::types::{Caller, MemberIdentity};
 /// How deep an ancestry walk goes (process trees are shallow; deeper is refused, not guessed).
 const MAX_DEPTH: usize = 128;
 
+/// Why a process's `/proc` entry gave no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProcError {
+    /// The process does not exist (any more).
+    Gone,
+    /// It may exist, but its entry could not be read or parsed: the daemon short of file
+    /// descriptors or memory, say. Never taken to mean the process is gone.
+    Unreadable(String),
+}
+
+/// Reads `/proc/<pid>/stat`, telling a process that is gone from an entry the daemon could
+/// not read.
+fn read_stat(pid: u32) -> Result<String, ProcError> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(proc_error)
+}
+
+/// ENOENT: no such process; ESRCH: it died between open and read. Anything else (EMFILE,
+/// ENOMEM, EACCES) says nothing about the process.
+fn proc_error(e: std::io::Error) -> ProcError {
+    if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) {
+        ProcError::Gone
+    } else {
+        ProcError::Unreadable(e.to_string())
+    }
+}
+
 /// The parent pid of `pid`, from `/proc/<pid>/stat`.
-pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+pub fn parent_of(pid: u32) -> Result<u32, ProcError> {
+    let stat = read_stat(pid)?;
     // "pid (comm) state ppid ..." where comm may itself contain spaces and parentheses.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    let unparsable = || ProcError::Unreadable(format!("its stat line {stat:?} does not parse"));
+    let rest = &stat[stat.rfind(')').ok_or_else(unparsable)? + 1..];
+    rest.split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(unparsable)
 }
 
 /// Where a process stands.
@@ -44,7 +74,7 @@ pub fn standing(ctx: &Ctx, pid: u32) -> Standing {
 pub fn standing_with(
     pid: u32,
     member: impl Fn(u32) -> Option<MemberIdentity>,
-    parent: impl Fn(u32) -> Option<u32>,
+    parent: impl Fn(u32) -> Result<u32, ProcError>,
 ) -> Standing {
     let mut p = pid;
     for _ in 0..MAX_DEPTH {
@@ -56,17 +86,22 @@ pub fn standing_with(
         }
         match parent(p) {
             // init's parent (or a process of another pid namespace's init).
-            Some(0) => return Standing::Outside,
-            Some(pp) if pp != p => p = pp,
-            Some(_) => return Standing::Unknown(format!("pid {p} is its own parent")),
-            None if p == pid => {
+            Ok(0) => return Standing::Outside,
+            Ok(pp) if pp != p => p = pp,
+            Ok(_) => return Standing::Unknown(format!("pid {p} is its own parent")),
+            Err(ProcError::Gone) if p == pid => {
                 return Standing::Unknown(format!(
                     "the connecting process (pid {pid}) is gone, so its ancestry cannot be read"
                 ));
             }
-            None => {
+            Err(ProcError::Gone) => {
                 return Standing::Unknown(format!(
-                    "the ancestry of pid {pid} breaks off at pid {p}, which is gone or unreadable"
+                    "the ancestry of pid {pid} breaks off at pid {p}, which is gone"
+                ));
+            }
+            Err(ProcError::Unreadable(e)) => {
+                return Standing::Unknown(format!(
+                    "the daemon could not read /proc/{p}/stat ({e}) while tracing pid {pid}'s ancestry; the same call may succeed when it is retried"
                 ));
             }
         }
@@ -76,15 +111,18 @@ pub fn standing_with(
     ))
 }
 
-/// The `FLEETD_MEMBER` a process was started with, if any (bounded read).
-pub fn claimed_member(pid: u32) -> Option<String> {
+/// The `FLEETD_MEMBER` a process was started with, if any (bounded read). An environment
+/// that cannot be read is an error, not "no claim": the claim is what catches a helper shared
+/// between members.
+pub fn claimed_member(pid: u32) -> Result<Option<String>, ProcError> {
     use std::io::Read;
-    let f = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+    let f = std::fs::File::open(format!("/proc/{pid}/environ")).map_err(proc_error)?;
     let mut buf = Vec::new();
-    f.take(1 << 20).read_to_end(&mut buf).ok()?;
-    buf.split(|&b| b == 0)
+    f.take(1 << 20).read_to_end(&mut buf).map_err(proc_error)?;
+    Ok(buf
+        .split(|&b| b == 0)
         .find_map(|kv| kv.strip_prefix(b"FLEETD_MEMBER="))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .map(|v| String::from_utf8_lossy(v).into_owned()))
 }
 
 /// The caller `pid` is: `outside` is what a process outside every member is on this socket.
@@ -103,7 +141,22 @@ fn resolve_rooted(ctx: &Ctx, pid: Option<u32>, outside: Caller) -> (Caller, Opti
             None,
         );
     };
-    let claim = claimed_member(p).filter(|c| !c.is_empty());
+    let claim = match claimed_member(p) {
+        Ok(c) => c.filter(|c| !c.is_empty()),
+        Err(e) => {
+            let why = match e {
+                ProcError::Gone => {
+                    format!(
+                        "the connecting process (pid {p}) is gone, so its environment cannot be read"
+                    )
+                }
+                ProcError::Unreadable(e) => format!(
+                    "the daemon could not read /proc/{p}/environ ({e}); the same call may succeed when it is retried"
+                ),
+            };
+            return (Caller::Unresolved { pid, why }, None);
+        }
+    };
     let caller = match (standing(ctx, p), claim) {
         (Standing::Unknown(why), _) => Caller::Unresolved { pid, why },
         (Standing::Member { who, .. }, Some(c)) if c != who.name.as_str() => Caller::Unresolved {
@@ -243,8 +296,9 @@ mod tests {
     fn parent_of_self_is_our_parent() {
         let me = std::process::id();
         let expected = std::os::unix::process::parent_id();
-        assert_eq!(parent_of(me), Some(expected));
-        assert_eq!(parent_of(u32::MAX), None);
+        assert_eq!(parent_of(me), Ok(expected));
+        assert_eq!(parent_of(u32::MAX), Err(ProcError::Gone));
+        assert_eq!(claimed_member(u32::MAX), Err(ProcError::Gone));
     }
 
     #[test]
@@ -257,11 +311,11 @@ mod tests {
         let member = |p: u32| (p == 50).then(|| w1.clone());
         // 100 -> 50 (w1's root): inside w1.
         let tree = |p: u32| match p {
-            100 => Some(50),
-            50 => Some(10),
-            10 => Some(1),
-            1 => Some(0),
-            _ => None,
+            100 => Ok(50),
+            50 => Ok(10),
+            10 => Ok(1),
+            1 => Ok(0),
+            _ => Err(ProcError::Gone),
         };
         assert_eq!(
             standing_with(100, member, tree),
@@ -278,14 +332,31 @@ mod tests {
         );
         // The chain breaks off in the middle.
         let broken = |p: u32| match p {
-            100 => Some(99),
-            _ => None,
+            100 => Ok(99),
+            _ => Err(ProcError::Gone),
         };
         assert!(
             matches!(standing_with(100, member, broken), Standing::Unknown(w) if w.contains("breaks off at pid 99"))
         );
+        // An entry the daemon cannot read (out of descriptors) is not a process that is gone:
+        // refused, with the reason and that a retry may succeed.
+        let starved = |_: u32| {
+            Err(ProcError::Unreadable(
+                "Too many open files (os error 24)".into(),
+            ))
+        };
+        match standing_with(100, member, starved) {
+            Standing::Unknown(w) => {
+                assert!(!w.contains("gone"), "{w}");
+                assert!(
+                    w.contains("Too many open files") && w.contains("retried"),
+                    "{w}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         // Deeper than the walk goes: refused, not taken for the operator.
-        let deep = |p: u32| Some(p + 1);
+        let deep = |p: u32| Ok(p + 1);
         assert!(
             matches!(standing_with(1_000, member, deep), Standing::Unknown(w) if w.contains("deeper than 128"))
         );
@@ -359,7 +430,7 @@ mod tests {
         let me = std::process::id();
         assert_eq!(
             claimed_member(me),
-            std::env::var("FLEETD_MEMBER").ok(),
+            Ok(std::env::var("FLEETD_MEMBER").ok()),
             "environ of our own pid"
         );
     }

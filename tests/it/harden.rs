@@ -454,9 +454,20 @@ async fn out_of_file_descriptors_the_daemon_backs_off_and_recovers() {
     let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count() as u64;
+    // Only the soft limit is lowered: raising it back within the hard limit needs no
+    // CAP_SYS_RESOURCE (which CI's root may not have).
+    let mut was = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reading our own child's descriptor limit into a local.
+    assert_eq!(
+        unsafe { libc::prlimit64(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut was) },
+        0
+    );
     let lim = libc::rlimit64 {
         rlim_cur: open + 8,
-        rlim_max: open + 8,
+        rlim_max: was.rlim_max,
     };
     // SAFETY: setting our own child's descriptor limit.
     assert_eq!(
@@ -490,12 +501,12 @@ async fn out_of_file_descriptors_the_daemon_backs_off_and_recovers() {
     );
     // Descriptors back: it serves again.
     drop(held);
-    let lim = libc::rlimit64 {
-        rlim_cur: 4096,
-        rlim_max: 4096,
-    };
     // SAFETY: as above.
-    unsafe { libc::prlimit64(pid as i32, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) };
+    assert_eq!(
+        unsafe { libc::prlimit64(pid as i32, libc::RLIMIT_NOFILE, &was, std::ptr::null_mut()) },
+        0,
+        "restoring the daemon's descriptor limit"
+    );
     let v: serde_json::Value = d.client.get("/status").await.unwrap();
     assert!(v.is_object());
     let mut c = RawMcp::connect(&d).await;
