@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fleetd_actors::backoff::Backoff;
 use fleetd_actors::error::FleetError;
 use fleetd_actors::fleet::{Fleet, SpawnRequest};
 use fleetd_actors::types::Caller;
@@ -656,7 +657,9 @@ pub async fn serve(
     let outsiders = Arc::new(tokio::sync::Semaphore::new(limits.outsiders));
     let per_member: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>> =
         Arc::default();
-    let mut backoff = Duration::from_millis(10);
+    // Failed accepts in a row: the wait doubles from 10 ms to 1 s.
+    const ACCEPT_BACKOFF: Backoff = Backoff::new(10, 1_000);
+    let mut failures = 0u32;
     let mut logged_accept_error = false;
     loop {
         let accepted = tokio::select! {
@@ -665,7 +668,7 @@ pub async fn serve(
         };
         let stream = match accepted {
             Ok((stream, _)) => {
-                backoff = Duration::from_millis(10);
+                failures = 0;
                 logged_accept_error = false;
                 stream
             }
@@ -676,11 +679,11 @@ pub async fn serve(
                     tracing::error!(error = %e, "MCP accept failed; backing off until it succeeds (raise LimitNOFILE if this is EMFILE)");
                     logged_accept_error = true;
                 }
+                failures = failures.saturating_add(1);
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF.delay(failures)) => {}
                     _ = shutdown.cancelled() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use fleetd_actors::backoff::Backoff;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
@@ -598,17 +599,20 @@ type Connecting = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Unix
 fn connect(socket: PathBuf, reconnect_for: Duration) -> Connecting {
     Box::pin(async move {
         let deadline = tokio::time::Instant::now() + reconnect_for;
-        let mut backoff = Duration::from_millis(50);
+        // Failed connects in a row: the wait doubles from 50 ms to 2 s.
+        const BACKOFF: Backoff = Backoff::new(50, 2_000);
+        let mut failures = 0u32;
         loop {
             match UnixStream::connect(&socket).await {
                 Ok(s) => return Ok(s),
                 Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let backoff = BACKOFF.delay(failures);
                     if tokio::time::Instant::now() + backoff > deadline {
                         return Err(format!("{e}; retried for {} s", reconnect_for.as_secs()));
                     }
                     tracing::debug!(error = %e, ?backoff, "daemon not reachable; retrying");
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
         }

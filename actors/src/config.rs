@@ -289,7 +289,8 @@ pub struct LinkConfig {
     /// QUIC keep-alive; must be below the idle timeout.
     pub keep_alive_secs: u64,
     pub idle_timeout_secs: u64,
-    /// Redial backoff: the ceiling doubles from min to max; the wait is random in [ceiling/2, ceiling].
+    /// Redial backoff: the ceiling doubles from min to max; the wait is random in [1 ms, ceiling]
+    /// (full jitter).
     pub backoff_min_ms: u64,
     pub backoff_max_ms: u64,
 }

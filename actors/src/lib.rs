@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod authz;
+pub mod backoff;
 pub mod clock;
 pub mod config;
 pub mod ctx;

@@ -51,11 +51,8 @@ pub struct LinkView {
     pub retry_at: Option<Millis>,
 }
 
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    pub min_ms: Millis,
-    pub max_ms: Millis,
-}
+pub use crate::backoff::Backoff;
+use crate::backoff::Jitter;
 
 pub struct LinkCore {
     view: LinkView,
@@ -63,7 +60,7 @@ pub struct LinkCore {
     me_lower: bool,
     backoff: Backoff,
     current: Option<(u64, bool)>,
-    rng: u64,
+    jitter: Jitter,
     /// A dial of ours is under way (its result will come back).
     dial_in_flight: bool,
     /// Waiting for the connection the peer kept after closing ours as a duplicate, until then.
@@ -83,10 +80,6 @@ impl LinkCore {
         backoff: Backoff,
         now: Millis,
     ) -> LinkCore {
-        let mut seed = 0xcbf2_9ce4_8422_2325u64;
-        for b in peer.bytes().chain(my_key.iter().copied()) {
-            seed = (seed ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
         LinkCore {
             view: LinkView {
                 peer: peer.to_string(),
@@ -102,7 +95,7 @@ impl LinkCore {
             me_lower: my_key < peer_key,
             backoff,
             current: None,
-            rng: seed | 1,
+            jitter: Jitter::seeded(peer.bytes().chain(my_key.iter().copied())),
             dial_in_flight: false,
             expect_until: None,
         }
@@ -117,28 +110,11 @@ impl LinkCore {
         self.current.map(|(id, _)| id)
     }
 
-    fn next_rand(&mut self) -> u64 {
-        // xorshift64*
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// The delay before the next dial after `attempts` failures: a uniformly random point in
-    /// [ceiling / 2, ceiling], where the ceiling doubles from `min_ms` up to `max_ms`.
+    /// The delay before the next dial after `attempts` failures: full jitter, uniformly random
+    /// in [1, ceiling], where the ceiling doubles from `min_ms` up to `max_ms`.
     fn delay(&mut self) -> Millis {
-        let shift = self.view.attempts.saturating_sub(1).min(32);
-        let ceiling = self
-            .backoff
-            .min_ms
-            .saturating_mul(1u64 << shift)
-            .min(self.backoff.max_ms)
-            .max(1);
-        let half = ceiling / 2;
-        half + self.next_rand() % (ceiling - half + 1)
+        self.backoff
+            .full_jitter(self.view.attempts, &mut self.jitter)
     }
 
     fn down(&mut self, now: Millis, why: String) -> Vec<Effect> {
@@ -305,7 +281,7 @@ mod tests {
             let d = at - now;
             let ceiling = (200u64 << (i - 1).min(32)).min(30_000);
             assert!(
-                d >= ceiling / 2 && d <= ceiling,
+                d >= 1 && d <= ceiling,
                 "attempt {i}: {d} ms, ceiling {ceiling}"
             );
             ceilings.push(ceiling);

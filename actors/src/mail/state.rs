@@ -193,12 +193,9 @@ struct Outbound {
     up: bool,
 }
 
-/// Backoff between failed transmissions.
-#[derive(Clone, Copy, Debug)]
-pub struct Backoff {
-    pub min_ms: Millis,
-    pub max_ms: Millis,
-}
+/// Backoff between failed transmissions (deterministic: a peer's outbox is one stream, and the
+/// link below it already spreads redials with jitter).
+pub use crate::backoff::Backoff;
 
 /// What to do with a received batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -438,12 +435,7 @@ impl Postbox {
         };
         o.in_flight = None;
         o.failures = o.failures.saturating_add(1);
-        let delay = b
-            .min_ms
-            .saturating_mul(1u64 << o.failures.saturating_sub(1).min(20))
-            .min(b.max_ms)
-            .max(1);
-        let at = now + delay;
+        let at = now + b.ceiling(o.failures);
         o.retry_at = Some(at);
         vec![Effect::Arm(at)]
     }

@@ -124,12 +124,12 @@ impl RestartTracker {
             };
         }
         self.restarts.push_back(now);
-        let shift = recent.min(20);
-        let delay_ms = self
-            .policy
-            .backoff_initial_ms
-            .saturating_mul(1u64 << shift)
-            .min(self.policy.backoff_max_ms);
+        // `recent` restarts before this one: the (recent + 1)th failure in the window.
+        let delay_ms = crate::backoff::Backoff::new(
+            self.policy.backoff_initial_ms,
+            self.policy.backoff_max_ms,
+        )
+        .ceiling(recent.saturating_add(1));
         Decision::Restart {
             delay_ms,
             attempt: recent + 1,
