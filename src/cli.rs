@@ -528,9 +528,9 @@ fn api(e: ClientError) -> anyhow::Error {
         ClientError::Api(mut f) => {
             f.refused = for_operator(&f.refused);
             f.accepted = for_operator(&f.accepted);
-            anyhow::anyhow!("{f}")
+            anyhow::Error::new(f)
         }
-        other => anyhow::anyhow!("{other}"),
+        other => anyhow::Error::new(other),
     }
 }
 
@@ -1022,10 +1022,8 @@ async fn attach(c: &Client, name: &str) -> anyhow::Result<()> {
 }
 
 fn term_size() -> Option<(u16, u16)> {
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize struct we own.
-    let r = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) };
-    (r == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
 }
 
 /// Run a client subcommand.
@@ -1412,7 +1410,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => eprintln!(
                     "fleetd signal --hook: {}",
-                    fleetd_actors::sanitize::for_display(&format!("{e:#}"))
+                    fleetd_actors::sanitize::for_display(&crate::entry::report(&e))
                 ),
                 Err(_) => eprintln!("fleetd signal --hook: the daemon did not answer within 5 s"),
             }
@@ -1715,11 +1713,7 @@ pub fn ledger_verify(
             }
         }
     };
-    let vk = key_text
-        .as_deref()
-        .map(keys::parse_public)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let vk = key_text.as_deref().map(keys::parse_public).transpose()?;
     match verify(&text, vk.as_ref()) {
         Ok(r) => {
             if json {
@@ -1829,7 +1823,7 @@ fn read_key_arg(k: &str) -> anyhow::Result<ed25519_dalek::VerifyingKey> {
     } else {
         k.to_string()
     };
-    fleetd_actors::keys::parse_public(text.trim()).map_err(|e| anyhow::anyhow!("{e}"))
+    Ok(fleetd_actors::keys::parse_public(text.trim())?)
 }
 
 fn parse_time(s: &str) -> anyhow::Result<u64> {
@@ -1911,7 +1905,7 @@ pub fn drift_append(
     }
     let kind = line::Kind::parse(kind)
         .with_context(|| format!("--type {kind:?}: expected fencepost, reanchor, drift, first_contact or peer_consistency_alert"))?;
-    let signing = fleetd_actors::keys::load(key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let signing = fleetd_actors::keys::load(key)?;
     let delta = delta
         .map(serde_json::from_str::<Value>)
         .transpose()
@@ -1944,7 +1938,7 @@ pub fn drift_append(
 /// `fleetd keygen --out FILE`.
 pub fn keygen(out: &Path) -> anyhow::Result<()> {
     let k = fleetd_actors::keys::generate();
-    fleetd_actors::keys::save(out, &k).map_err(|e| anyhow::anyhow!("{e}"))?;
+    fleetd_actors::keys::save(out, &k)?;
     say!("{}", fleetd_actors::keys::public_text(&k.verifying_key()));
     Ok(())
 }

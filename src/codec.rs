@@ -3,7 +3,7 @@
 //! Owns the frame format (a big-endian u32 length, then a bincode 2 `standard()` payload) and
 //! its bounds: a frame longer than the caller's limit is refused before any allocation, and a
 //! payload that does not decode is an error, never a panic. Must never be bypassed: every
-//! binary wire (the PTY host link today, peer links later) goes through here.
+//! binary wire (the PTY host link, the QUIC peer links' streams) goes through here.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -61,7 +61,7 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
                 "config file {} is larger than 1 MiB",
                 p.display()
             );
-            Config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            Config::parse(&text).with_context(|| p.display().to_string())?
         }
         None => Config::default(),
     };
@@ -83,15 +83,15 @@ fn load_or_create_key(
 ) -> anyhow::Result<ed25519_dalek::SigningKey> {
     use fleetd_actors::keys;
     match &config.daemon.key_file {
-        Some(f) => keys::load(Path::new(f)).map_err(|e| anyhow::anyhow!("{e}")),
+        Some(f) => Ok(keys::load(Path::new(f))?),
         None => {
             let p = state_dir.join("host.key");
             if !p.exists() {
                 let k = keys::generate();
-                keys::save(&p, &k).map_err(|e| anyhow::anyhow!("{e}"))?;
+                keys::save(&p, &k)?;
                 tracing::info!(path = %p.display(), public_key = %keys::public_text(&k.verifying_key()), "created the host key");
             }
-            keys::load(&p).map_err(|e| anyhow::anyhow!("{e}"))
+            Ok(keys::load(&p)?)
         }
     }
 }
@@ -133,9 +133,7 @@ async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::acto
         Duration::from_secs(c.link.idle_timeout_secs.max(2)),
     )?;
     tracing::info!(listen = %ep.local_addr()?, peers = c.peers.len(), "peer links listening");
-    let links = crate::link::actor::Links::start(ctx.clone(), ep)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let links = crate::link::actor::Links::start(ctx.clone(), ep).await?;
     Ok(Some(links))
 }
 
@@ -165,8 +163,8 @@ async fn start_post_office(
             };
             (MailActor, args)
         }))
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))
+        .await?;
+    Ok(())
 }
 
 /// What the API actor needs to (re)bind its listeners.
@@ -340,7 +338,7 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
             Ok(detail)
         }
         Err(e) => {
-            let detail = format!("{e:#}");
+            let detail = crate::entry::report(&e);
             tracing::error!(%detail, "config reload refused; keeping the running config");
             fleet.ctx.events.emit(EventKind::ConfigReloaded {
                 ok: false,
@@ -362,9 +360,8 @@ static USER_UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 /// Set the daemon's umask to 0o077, keeping the one it was started with for its members.
 fn remember_user_umask() {
-    // SAFETY: umask only swaps the process's file mode mask.
-    let old = unsafe { libc::umask(0o077) };
-    let _ = USER_UMASK.set(old as u32);
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let _ = USER_UMASK.set(old.bits() as u32);
 }
 
 /// The umask members get (the one the daemon was started with).
@@ -425,12 +422,13 @@ impl Daemon {
         let config = load_config(config_path.as_deref())?;
         let store = Store::open(&layout.db()).map_err(|e| {
             if e.is_in_use() {
-                anyhow::anyhow!(
+                let hint = format!(
                     "{e}. Is another `fleetd serve` running with --state-dir {}?",
                     state_dir.display()
-                )
+                );
+                anyhow::Error::new(e).context(hint)
             } else {
-                anyhow::anyhow!("{e}")
+                anyhow::Error::new(e)
             }
         })?;
         let ledger = state_dir.join("ledger.jsonl");
@@ -456,9 +454,7 @@ impl Daemon {
             last_msg,
             host_key,
         ));
-        let (fleet, join) = Fleet::boot(ctx.clone())
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (fleet, join) = Fleet::boot(ctx.clone()).await?;
         let (f2, p2) = (fleet.clone(), config_path.clone());
         let reload: ReloadFn = Arc::new(move || {
             let (f, p) = (f2.clone(), p2.clone());
@@ -473,8 +469,7 @@ impl Daemon {
             .start_child(ChildSpec::actor("api", "api", move || {
                 (ApiActor, args.clone())
             }))
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .await?;
         // Settled receipts beyond retention are trimmed now and then.
         let c2 = ctx.clone();
         let gc = tokio::spawn(async move {

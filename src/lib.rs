@@ -6,6 +6,8 @@
 //! `identity` resolves callers from the process tree; `cli` and `client` are the operator's
 //! side; `sim` is the scripted agent of the demo and the tests. See docs/ARCHITECTURE.md.
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod bounded;
 pub mod cli;

@@ -8,6 +8,7 @@
 //! program ended still learns how it ended. Owns PTYs, process groups and that socket protocol;
 //! must never interpret what an agent prints (the slot core does).
 
+use nix::sys::signal::Signal;
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::num::NonZeroU16;
@@ -171,8 +172,8 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
         cmd.cwd(d);
     }
     if let Some(m) = args.umask {
-        // SAFETY: umask only swaps the process's file mode mask; the program inherits it.
-        unsafe { libc::umask((m & 0o777) as libc::mode_t) };
+        // The program inherits it.
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate((m & 0o777) as _));
     }
     let mut child = pair
         .slave
@@ -244,9 +245,7 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
     // stdout is a pipe to the daemon that launched us; it is done with it now.
     let _ = std::io::stdout().flush();
     if let Ok(devnull) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        use std::os::fd::AsRawFd;
-        // SAFETY: dup2 onto our own stdout fd with a valid open fd.
-        unsafe { libc::dup2(devnull.as_raw_fd(), 1) };
+        let _ = nix::unistd::dup2_stdout(&devnull);
     }
 
     let mut parser = vt100::Parser::new(nz(args.rows), nz(args.cols), 0);
@@ -371,10 +370,7 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
             }
             _ = kill_timer => {
                 term_deadline = None;
-                if pid > 0 {
-                    // SAFETY: signalling our own child's process group.
-                    unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-                }
+                signal_group(pid, Signal::SIGKILL);
             }
             acc = listener.accept() => {
                 if let Ok((stream, _)) = acc {
@@ -425,18 +421,23 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
                     parser.screen_mut().set_size(nz(rows), nz(cols));
                 }
                 Ok(Some(DaemonMsg::Terminate { grace_ms })) => {
-                    if pid > 0 {
-                        // SAFETY: signalling our own child's process group.
-                        unsafe {
-                            libc::kill(-(pid as i32), libc::SIGHUP);
-                            libc::kill(-(pid as i32), libc::SIGTERM);
-                        }
-                    }
+                    signal_group(pid, Signal::SIGHUP);
+                    signal_group(pid, Signal::SIGTERM);
                     term_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(grace_ms));
                 }
                 Ok(Some(DaemonMsg::Detach)) | Ok(None) | Err(_) => conn = None,
             },
         }
+    }
+}
+
+/// Signals the program's process group (the PTY made the program a session and group leader),
+/// so what it started goes too. A pid of 0 (never started) signals nothing.
+fn signal_group(pid: u32, sig: Signal) {
+    if let Ok(p) = i32::try_from(pid)
+        && p > 0
+    {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), sig);
     }
 }
 
@@ -509,14 +510,10 @@ impl HostBackend {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(logf));
-        // SAFETY: setsid is async-signal-safe; the host gets its own session so signals sent to
-        // the daemon's process group (a Ctrl-C in its terminal) do not reach the agents.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        // The host gets its own process group, so signals sent to the daemon's (a Ctrl-C in its
+        // terminal, the terminal hanging up) do not reach the host or its agent. (Each agent
+        // gets a session of its own from the PTY.)
+        cmd.process_group(0);
         let mut child = cmd.spawn().map_err(|e| {
             FleetError::internal(what.clone(), format!("could not start the PTY host: {e}"))
         })?;

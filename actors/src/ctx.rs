@@ -289,7 +289,8 @@ pub struct Ctx {
     pub started_at: Millis,
     /// Why the daemon escalated, once it has.
     pub escalation: Mutex<Option<String>>,
-    /// The host's ed25519 key: signs ledger checkpoints (and, later, drift lines).
+    /// The host's ed25519 key: signs ledger checkpoints and drift lines, and is the identity
+    /// its peer links authenticate (their TLS certificates carry it).
     pub host_key: ed25519_dalek::SigningKey,
     /// Every decision, as replayed from the ledger and kept current by the decision actors
     /// (the read model for list, status and show).

@@ -577,6 +577,9 @@ impl Fleet {
 
     // ---- operations -------------------------------------------------------------------
 
+    /// Who `caller` is to this fleet: its name, role, slot, parent and charter digest, or, for
+    /// the operator and for callers outside every member, why it is not a member. Open to every
+    /// caller (the one call an unresolved caller may make).
     pub async fn whoami(&self, caller: &Caller) -> WhoAmI {
         let host = self.ctx.config().daemon.host.clone();
         match caller {
@@ -652,6 +655,11 @@ impl Fleet {
         Ok(rec)
     }
 
+    /// Starts a member (or resumes an exited one, `req.resume`) in a terminal of its own, under
+    /// `caller` as its parent. Authz: the operator and the primary may spawn; the rest are
+    /// refused. Plans the name, role, architect slot, profile, working directory and worktree,
+    /// reserves them in the registry (FIFO when the slots are full), starts the slot and its
+    /// injector, and returns once the terminal runs; `notes` in the view say what was chosen.
     pub async fn spawn(&self, caller: &Caller, req: SpawnRequest) -> Result<SpawnView, FleetError> {
         authorize(caller, &Action::Spawn, "fleet_spawn")?;
         let parent = caller.party().ok_or_else(|| {
@@ -1144,6 +1152,13 @@ impl Fleet {
         Ok(ticket)
     }
 
+    /// Sends `message` from `caller` to the member `to` (or, as `NAME@HOST`, to another host's
+    /// lead over the mail link). Returns once the message is durably queued, as a ticket the
+    /// receiver answers with [`Fleet::reply`]; with `wait`, it waits up to `wait_secs` (capped by
+    /// `tickets.send_wait_max_seconds`) for the answer, a tail or an expiry. The message reaches
+    /// the terminal only when the target can take it, as one neutralised paste. Refused: a send
+    /// to itself, an unknown or exited member, text over `limits.max_message_bytes`, and what
+    /// Authz does not allow `caller`.
     pub async fn send(
         &self,
         caller: &Caller,
@@ -1345,6 +1360,9 @@ impl Fleet {
         })
     }
 
+    /// Answers `ticket` with `text`. Only the ticket's addressee may reply, once; a reply after
+    /// the ticket expired is refused as late and kept visible on the ticket. Wakes a sender
+    /// waiting on it, and, for mail from another host, sends the answer back over the link.
     pub async fn reply(
         &self,
         caller: &Caller,
@@ -1370,6 +1388,9 @@ impl Fleet {
         Ok(self.view(t).await)
     }
 
+    /// Asks `caller`'s lead (the live primary) `question` and waits up to
+    /// `tickets.ask_wait_seconds` for its reply or its turn's tail; otherwise the ticket stays
+    /// open and [`Fleet::poll`] shows the answer when it comes.
     pub async fn ask(&self, caller: &Caller, question: String) -> Result<AskResult, FleetError> {
         let lead = self
             .registry_members()
@@ -1437,6 +1458,7 @@ impl Fleet {
         })
     }
 
+    /// The tickets `caller` sent whose answers it has not acknowledged yet.
     pub async fn poll(&self, caller: &Caller) -> Result<Vec<TicketView>, FleetError> {
         authorize(caller, &Action::Read, "fleet_poll")?;
         let party = caller
@@ -1454,6 +1476,7 @@ impl Fleet {
         Ok(out)
     }
 
+    /// Acknowledges an answered ticket of `caller`'s, so [`Fleet::poll`] stops showing it.
     pub async fn ack(&self, caller: &Caller, ticket: &str) -> Result<(), FleetError> {
         authorize(caller, &Action::Read, "fleet_ack")?;
         let id: TicketId = ticket.parse()?;
@@ -1528,6 +1551,7 @@ impl Fleet {
         Ok(out)
     }
 
+    /// The receipt of message `id`: its state (queued, delivered, accepted, ...) and when.
     pub async fn message(&self, caller: &Caller, id: &str) -> Result<Receipt, FleetError> {
         authorize(caller, &Action::Read, "receipt lookup")?;
         let id: MsgId = id.parse()?;
@@ -1560,6 +1584,8 @@ impl Fleet {
         Ok(Receipt::from(&m))
     }
 
+    /// The members with their status, role, lineage and slots; the coordinator row only for
+    /// the callers the coordinator gate shows it to.
     pub async fn list(&self, caller: &Caller) -> Result<ListView, FleetError> {
         authorize(caller, &Action::Read, "fleet_list")?;
         let members = self.registry_members().await?;
@@ -1644,6 +1670,8 @@ impl Fleet {
         }
     }
 
+    /// The daemon's health: members by status, open tickets, the supervisor's children and
+    /// their restarts, the ledger, links and drift.
     pub async fn daemon_status(&self, caller: &Caller) -> Result<DaemonStatus, FleetError> {
         authorize(caller, &Action::Read, "fleet_status")?;
         let members = self.registry_members().await?;
@@ -1911,6 +1939,7 @@ impl Fleet {
         Ok(v)
     }
 
+    /// One member in detail: its record, status and why, queue and receipts.
     pub async fn member_status(
         &self,
         caller: &Caller,
@@ -1967,6 +1996,10 @@ impl Fleet {
         })
     }
 
+    /// Stops member `name`: at once (its queued messages are settled as undeliverable), or
+    /// with `drain` after its queue has been delivered. Its terminal is hung up and, past the
+    /// grace period, killed; its record stays (`spawn` with `resume` continues its agent's
+    /// session, if the agent reported one).
     pub async fn stop(
         &self,
         caller: &Caller,
@@ -2206,6 +2239,7 @@ impl Fleet {
             .await?
     }
 
+    /// Resizes member `name`'s terminal (operator only; sizes out of bounds are refused).
     pub async fn resize(
         &self,
         caller: &Caller,
@@ -2395,6 +2429,8 @@ impl Fleet {
         settle.join_all().await.into_iter().flatten().collect()
     }
 
+    /// Stops the whole actor tree within `deadline`, leaving the members' terminals running
+    /// for the next daemon; returns the children that did not stop in time.
     pub async fn shutdown(&self, deadline: Duration) -> Vec<String> {
         let hung = match self
             .sup

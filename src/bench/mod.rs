@@ -195,27 +195,16 @@ async fn time_gets(client: &Client, path: &str, n: usize) -> anyhow::Result<Vec<
 /// A raw PTY round trip: write a line to `cat` in a PTY and wait for its echo.
 fn pty_baseline(n: usize) -> anyhow::Result<Vec<Duration>> {
     use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 24,
-            cols: 80,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut child = pair
-        .slave
-        .spawn_command(CommandBuilder::new("cat"))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pair = native_pty_system().openpty(PtySize {
+        rows: 24,
+        cols: 80,
+        pixel_width: 0,
+        pixel_height: 0,
+    })?;
+    let mut child = pair.slave.spawn_command(CommandBuilder::new("cat"))?;
     drop(pair.slave);
-    let mut r = pair
-        .master
-        .try_clone_reader()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut w = pair
-        .master
-        .take_writer()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut r = pair.master.try_clone_reader()?;
+    let mut w = pair.master.take_writer()?;
     let mut out = Vec::with_capacity(n);
     let mut buf = [0u8; 4096];
     for i in 0..n + 20 {
@@ -354,8 +343,7 @@ async fn send_to_pty(
     let (_, mut ev) = fleet.ctx.events.subscribe(u64::MAX);
     let _: Value = client
         .post("/members", &json!({"role": "worker", "name": "sink", "profile": "sim", "command": [exe, "sim-agent", "--script", "sink"]}))
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .await?;
     wait_idle(&mut ev, "sink", None)
         .await
         .map_err(|_| anyhow::anyhow!("the sink agent never became idle"))?;
@@ -371,8 +359,7 @@ async fn send_to_pty(
                 "/members/sink/messages",
                 &json!({"message": format!("bench {i}")}),
             )
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            .await?;
         let acked = t.elapsed();
         let ticket = v["ticket"]["id"].as_str().unwrap_or("").to_string();
         let needle = format!("ticket {ticket} ");
@@ -429,9 +416,7 @@ async fn ledger_rate(daemon: &Daemon, writers: usize, secs: u64) -> anyhow::Resu
                     round: 1,
                     content: "x".repeat(120),
                 };
-                fleetd_actors::decision::actor::append(&ctx, author, ev)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                fleetd_actors::decision::actor::append(&ctx, author, ev).await?;
                 n += 1;
             }
             anyhow::Ok(n)
@@ -481,7 +466,7 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
     // The file the writer produced must verify.
     let text = std::fs::read_to_string(dir.path().join("ledger.jsonl"))?;
     let key = std::fs::read_to_string(dir.path().join("host.key.pub"))?;
-    let vk = fleetd_actors::keys::parse_public(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let vk = fleetd_actors::keys::parse_public(&key)?;
     let report = fleetd_actors::ledger::state::verify(&text, Some(&vk))
         .map_err(|b| anyhow::anyhow!("the benchmark's ledger does not verify: {b}"))?;
     let v: Vec<Value> = rows
@@ -542,7 +527,7 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<Value> {
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state)?;
     let key = fleetd_actors::keys::generate();
-    fleetd_actors::keys::save(&state.join("host.key"), &key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    fleetd_actors::keys::save(&state.join("host.key"), &key)?;
     let kb_dir = state.join("kb");
     drift_kb(&kb_dir, &key, args.peers)?;
     let trusted = [key.verifying_key()];
