@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::IncomingStream;
 use axum::{Json, Router};
+use fleetd_actors::authz::{Action, authorize};
 use fleetd_actors::error::{ErrorKind, FleetError};
 use fleetd_actors::fleet::{Fleet, SignalRequest, SpawnRequest};
 use fleetd_actors::types::Caller;
@@ -426,17 +427,12 @@ async fn screen(
     Path(name): Path<String>,
 ) -> Result<String, ApiError> {
     let c = api.caller(&peer);
-    if !matches!(c, Caller::Operator) {
-        return Err(ApiError(
-            FleetError::new(
-                ErrorKind::Forbidden,
-                "screen",
-                format!("{} is not the operator", c.describe()),
-                "the operator",
-            )
-            .with_rule("ATTACH"),
-        ));
-    }
+    let member = fleetd_actors::types::MemberName::new(&name)?;
+    authorize(
+        &c,
+        &Action::Screen { member: &member },
+        &format!("screen of `{member}`"),
+    )?;
     let d = api.fleet.member_status(&c, &name).await?;
     Ok(d.slot_view.map(|v| v.screen).unwrap_or_default())
 }
@@ -724,14 +720,7 @@ async fn reload(
     ConnectInfo(peer): ConnectInfo<Peer>,
 ) -> ApiResult<serde_json::Value> {
     let c = api.caller(&peer);
-    if !matches!(c, Caller::Operator) {
-        return Err(ApiError(FleetError::new(
-            ErrorKind::Forbidden,
-            "config reload",
-            format!("{} is not the operator", c.describe()),
-            "the operator",
-        )));
-    }
+    authorize(&c, &Action::Admin, "config reload")?;
     let detail = (api.reload)().await?;
     Ok(Json(
         serde_json::json!({"reloaded": true, "detail": detail}),

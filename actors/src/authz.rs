@@ -1,13 +1,20 @@
-//! The Authz table of the seed, as a pure function.
+//! The Authz table of the seed, as a pure function: every check of who may do what in fleetd
+//! is a call to [`authorize`] with an [`Action`].
 //!
 //! Owns who may do what: SPAWN, STOP and DRAIN are primary-only; SEND is primary or architect;
-//! REPLY and ASK belong only to the member that owns the ticket or session; READ is open to
-//! members. The operator (outside every member, on the REST socket) holds every right except the
-//! member-owned ones. A process that is not a member may only ask who it is. Must never look at
-//! anything the caller sent to decide who the caller is: the [`Caller`] comes from the connection.
+//! SEND_REMOTE (lead-to-lead mail) the primary's alone; REPLY and ASK belong only to the member
+//! that owns the ticket or session; READ is open to members, and a single ticket or message is
+//! read by the parties to it; DECIDE (open and close a decision) is the primary's and POSITION
+//! an architect's bound to a slot; DRIFT (one's own drift log) and SIGNAL (one's own status,
+//! from an agent hook) belong to each member for itself; a screen's text is its member's and the
+//! operator's. The operator (outside every member, on the REST socket) holds every right except
+//! the participants' ones (REPLY, ASK, SEND_REMOTE, DECIDE, POSITION, DRIFT, SIGNAL), and alone
+//! holds ATTACH (attach, input, resize) and ADMIN (config reload, fault injection). A process
+//! that is not a member may only ask who it is. Must never look at anything the caller sent to
+//! decide who the caller is: the [`Caller`] comes from the connection.
 
 use crate::error::{ErrorKind, FleetError};
-use crate::types::{Caller, MemberName, Role};
+use crate::types::{Caller, MemberName, Party, Role};
 
 /// What a caller wants to do, with just the facts the rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +35,27 @@ pub enum Action<'a> {
     },
     /// list, status, poll and ack of own tickets.
     Read,
+    /// Read one ticket or message, which went from `from` to `to`.
+    ReadOwn {
+        from: &'a Party,
+        to: &'a MemberName,
+    },
+    /// See the text on `member`'s screen.
+    Screen {
+        member: &'a MemberName,
+    },
+    /// Open or close a decision.
+    Decide,
+    /// Record a position (or an abstention) in a decision.
+    Position,
+    /// Append to one's own drift log.
+    DriftWrite,
+    /// Report one's own status from an agent hook (`fleetd signal`).
+    Signal,
+    /// Attach to a terminal, type into it, resize it.
+    Terminal,
+    /// Reload the config; inject a fault (debug builds).
+    Admin,
     /// who am I: open to every process.
     WhoAmI,
 }
@@ -43,7 +71,13 @@ impl Action<'_> {
             Action::SendRemote => "SEND_REMOTE",
             Action::Reply { .. } => "REPLY",
             Action::Ask { .. } => "ASK",
-            Action::Read => "READ",
+            Action::Read | Action::ReadOwn { .. } => "READ",
+            Action::Screen { .. } | Action::Terminal => "ATTACH",
+            Action::Decide => "DECIDE",
+            Action::Position => "POSITION",
+            Action::DriftWrite => "DRIFT",
+            Action::Signal => "SIGNAL",
+            Action::Admin => "ADMIN",
             Action::WhoAmI => "WHOAMI",
         }
     }
@@ -90,7 +124,32 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                     "lead-to-lead mail is sent by the primary alone, not by the operator".into(),
                     "fleet_send to lead@HOST from inside the primary's terminal",
                 ),
-                _ => Ok(()),
+                Action::Decide => refuse(
+                    "the operator is not a participant: decisions are opened and closed by the primary".into(),
+                    "the same call from the primary (the lead)",
+                ),
+                Action::Position => refuse(
+                    "the operator is not a participant: positions are recorded by architects".into(),
+                    "fleet_decision position from an architect bound to a convened slot",
+                ),
+                Action::DriftWrite => refuse(
+                    "the operator has no drift log: only members write their own, through fleet_drift".into(),
+                    "fleet_drift from a member (operators append offline with `fleetd drift append`)",
+                ),
+                Action::Signal => refuse(
+                    "the operator is not a member; a signal must come from inside a member's process tree".into(),
+                    "`fleetd signal` run by an agent hook inside the member's terminal",
+                ),
+                Action::Spawn
+                | Action::Stop
+                | Action::Drain
+                | Action::Send
+                | Action::Read
+                | Action::ReadOwn { .. }
+                | Action::Screen { .. }
+                | Action::Terminal
+                | Action::Admin
+                | Action::WhoAmI => Ok(()),
             };
         }
         Caller::Member(m) => m,
@@ -160,7 +219,72 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
                 "fleet_ask while a primary is running",
             ),
         },
-        Action::Read | Action::WhoAmI => Ok(()),
+        Action::ReadOwn { from, to } => {
+            if *from == &Party::Member(member.name.clone()) || *to == &member.name {
+                Ok(())
+            } else {
+                refuse(
+                    format!(
+                        "it went from `{from}` to `{to}`, not to or from `{}`",
+                        member.name
+                    ),
+                    "a ticket or message you sent or were sent",
+                )
+            }
+        }
+        Action::Screen { member: of } => {
+            if *of == &member.name {
+                Ok(())
+            } else {
+                refuse(
+                    format!(
+                        "{} may not see `{of}`'s screen; a screen is its member's and the operator's",
+                        caller.describe()
+                    ),
+                    "the operator, or the member itself",
+                )
+            }
+        }
+        Action::Decide => {
+            if member.role == Role::Primary {
+                Ok(())
+            } else {
+                refuse(
+                    format!(
+                        "{} may not open or close decisions; that is the primary's",
+                        caller.describe()
+                    ),
+                    "the same call from the primary (the lead)",
+                )
+            }
+        }
+        Action::Position => match (member.role, &member.slot) {
+            (Role::Architect, Some(_)) => Ok(()),
+            (Role::Architect, None) => refuse(
+                format!("architect `{}` is bound to no slot", member.name),
+                "a call from an architect bound to a convened slot",
+            ),
+            _ => refuse(
+                format!(
+                    "{} may not record positions; only architects do",
+                    caller.describe()
+                ),
+                "fleet_decision position from an architect bound to a convened slot",
+            ),
+        },
+        Action::Terminal | Action::Admin => refuse(
+            format!(
+                "{} is not the operator; {} the operator's",
+                caller.describe(),
+                if matches!(action, Action::Terminal) {
+                    "terminals are"
+                } else {
+                    "the daemon's administration is"
+                }
+            ),
+            "the same request from the operator, outside every member",
+        ),
+        Action::Read | Action::DriftWrite | Action::Signal | Action::WhoAmI => Ok(()),
     }
 }
 
@@ -192,12 +316,19 @@ mod tests {
     #[test]
     fn the_table() {
         let lead = member("lead", Role::Primary);
-        let arch = member("opus", Role::Architect);
         let work = member("w1", Role::Worker);
         let op = Caller::Operator;
         let nm = Caller::NotMember { pid: Some(4) };
         let w1 = MemberName::new("w1").unwrap();
         let leadn = MemberName::new("lead").unwrap();
+        let from_lead = Party::Member(leadn.clone());
+        let from_op = Party::Operator;
+        let arch = Caller::Member(MemberIdentity {
+            name: MemberName::new("opus").unwrap(),
+            role: Role::Architect,
+            slot: Some("opus".into()),
+        });
+        let unbound = member("sonnet", Role::Architect);
         let rows: Vec<(&Caller, Action, bool)> = vec![
             (&lead, Action::Spawn, true),
             (&arch, Action::Spawn, false),
@@ -239,7 +370,104 @@ mod tests {
             (&nm, Action::Read, false),
             (&nm, Action::WhoAmI, true),
             (&work, Action::WhoAmI, true),
+            // One ticket or message: its two parties and the operator.
+            (
+                &work,
+                Action::ReadOwn {
+                    from: &from_lead,
+                    to: &w1,
+                },
+                true,
+            ),
+            (
+                &lead,
+                Action::ReadOwn {
+                    from: &from_lead,
+                    to: &w1,
+                },
+                true,
+            ),
+            (
+                &arch,
+                Action::ReadOwn {
+                    from: &from_lead,
+                    to: &w1,
+                },
+                false,
+            ),
+            (
+                &op,
+                Action::ReadOwn {
+                    from: &from_op,
+                    to: &w1,
+                },
+                true,
+            ),
+            (
+                &lead,
+                Action::ReadOwn {
+                    from: &from_op,
+                    to: &w1,
+                },
+                false,
+            ),
+            (
+                &nm,
+                Action::ReadOwn {
+                    from: &from_lead,
+                    to: &w1,
+                },
+                false,
+            ),
+            // A screen's text: its member and the operator.
+            (&work, Action::Screen { member: &w1 }, true),
+            (&op, Action::Screen { member: &w1 }, true),
+            (&lead, Action::Screen { member: &w1 }, false),
+            (&arch, Action::Screen { member: &w1 }, false),
+            (&nm, Action::Screen { member: &w1 }, false),
+            // Decisions: the primary decides, an architect bound to a slot takes positions;
+            // the operator is not a participant.
+            (&lead, Action::Decide, true),
+            (&arch, Action::Decide, false),
+            (&work, Action::Decide, false),
+            (&op, Action::Decide, false),
+            (&nm, Action::Decide, false),
+            (&arch, Action::Position, true),
+            (&unbound, Action::Position, false),
+            (&lead, Action::Position, false),
+            (&work, Action::Position, false),
+            (&op, Action::Position, false),
+            (&nm, Action::Position, false),
+            // Each member writes its own drift log and signals its own status.
+            (&lead, Action::DriftWrite, true),
+            (&arch, Action::DriftWrite, true),
+            (&work, Action::DriftWrite, true),
+            (&op, Action::DriftWrite, false),
+            (&nm, Action::DriftWrite, false),
+            (&work, Action::Signal, true),
+            (&lead, Action::Signal, true),
+            (&op, Action::Signal, false),
+            (&nm, Action::Signal, false),
+            // Terminals and administration: the operator alone.
+            (&op, Action::Terminal, true),
+            (&lead, Action::Terminal, false),
+            (&work, Action::Terminal, false),
+            (&nm, Action::Terminal, false),
+            (&op, Action::Admin, true),
+            (&lead, Action::Admin, false),
+            (&arch, Action::Admin, false),
+            (&nm, Action::Admin, false),
         ];
+        // An unresolved caller: refused everything but who it is.
+        let unresolved = Caller::Unresolved {
+            pid: Some(9),
+            why: "its ancestry breaks off".into(),
+        };
+        let every: Vec<Action> = rows.iter().map(|(_, a, _)| a.clone()).collect();
+        for a in &every {
+            let allowed = matches!(a, Action::WhoAmI);
+            assert_eq!(authorize(&unresolved, a, "call").is_ok(), allowed, "{a:?}");
+        }
         for (caller, action, allowed) in rows {
             let got = authorize(caller, &action, "call");
             assert_eq!(got.is_ok(), allowed, "{caller:?} {action:?}: {got:?}");

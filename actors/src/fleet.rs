@@ -18,7 +18,7 @@ use crate::authz::{Action, authorize, coordinator_row_visible};
 use crate::ctx::{Mailbox, SharedCtx};
 use crate::decision::actor::{DecisionActor, DecisionArgs, DecisionMsg, append as ledger_append};
 use crate::decision::state::{Decision, DecisionEvent, authorize_decide, validate_open};
-use crate::error::{ErrorKind, FleetError};
+use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
 use crate::injector::state::{Message, ReceiptState};
@@ -514,6 +514,14 @@ impl Fleet {
         self.registry()
             .await?
             .call(|reply| RegistryMsg::Members { reply }, CALL)
+            .await
+    }
+
+    /// The live primary (the lead), as the registry's core decides it.
+    pub async fn live_primary(&self) -> Result<Option<MemberRecord>, FleetError> {
+        self.registry()
+            .await?
+            .call(|reply| RegistryMsg::Primary { reply }, CALL)
             .await
     }
 
@@ -1313,17 +1321,12 @@ impl Fleet {
         {
             return Ok(t.id);
         }
-        let primary = self
-            .registry_members()
-            .await?
-            .into_iter()
-            .find(|m| m.role == Role::Primary && m.is_live())
-            .ok_or_else(|| {
-                FleetError::unavailable(
-                    format!("mail from lead@{}", origin.host),
-                    "there is no live primary to take it; it stays in the coordinator's mailbox",
-                )
-            })?;
+        let primary = self.live_primary().await?.ok_or_else(|| {
+            FleetError::unavailable(
+                format!("mail from lead@{}", origin.host),
+                "there is no live primary to take it; it stays in the coordinator's mailbox",
+            )
+        })?;
         let from = Party::Remote {
             member: from,
             host: origin.host.clone(),
@@ -1392,11 +1395,7 @@ impl Fleet {
     /// `tickets.ask_wait_seconds` for its reply or its turn's tail; otherwise the ticket stays
     /// open and [`Fleet::poll`] shows the answer when it comes.
     pub async fn ask(&self, caller: &Caller, question: String) -> Result<AskResult, FleetError> {
-        let lead = self
-            .registry_members()
-            .await?
-            .into_iter()
-            .find(|m| m.role == Role::Primary && m.is_live());
+        let lead = self.live_primary().await?;
         let lead_name = lead.as_ref().map(|m| m.name.clone());
         authorize(
             caller,
@@ -1512,20 +1511,14 @@ impl Fleet {
                     "a ticket id from fleet_send",
                 )
             })?;
-        let mine = match caller {
-            Caller::Operator => true,
-            Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
-            Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
-        };
-        if !mine {
-            return Err(FleetError::new(
-                ErrorKind::Forbidden,
-                format!("lookup of {id}"),
-                format!("{id} is between `{}` and `{}`", t.from, t.to),
-                "a ticket you opened or were sent",
-            )
-            .with_rule("READ"));
-        }
+        authorize(
+            caller,
+            &Action::ReadOwn {
+                from: &t.from,
+                to: &t.to,
+            },
+            &format!("lookup of {id}"),
+        )?;
         Ok(self.view(t).await)
     }
 
@@ -1539,12 +1532,15 @@ impl Fleet {
             .await?;
         let mut out = vec![];
         for t in all {
-            let visible = match caller {
-                Caller::Operator => true,
-                Caller::Member(m) => t.from == Party::Member(m.name.clone()) || t.to == m.name,
-                Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
-            };
-            if visible {
+            let visible = authorize(
+                caller,
+                &Action::ReadOwn {
+                    from: &t.from,
+                    to: &t.to,
+                },
+                "ticket listing",
+            );
+            if visible.is_ok() {
                 out.push(self.view(t).await);
             }
         }
@@ -1567,20 +1563,14 @@ impl Fleet {
                     "a message id from a ticket",
                 )
             })?;
-        let mine = match caller {
-            Caller::Operator => true,
-            Caller::Member(me) => m.from == Party::Member(me.name.clone()) || m.target == me.name,
-            Caller::NotMember { .. } | Caller::Unresolved { .. } => false,
-        };
-        if !mine {
-            return Err(FleetError::new(
-                ErrorKind::Forbidden,
-                format!("lookup of {id}"),
-                "it is not your message",
-                "a message you sent or received",
-            )
-            .with_rule("READ"));
-        }
+        authorize(
+            caller,
+            &Action::ReadOwn {
+                from: &m.from,
+                to: &m.target,
+            },
+            &format!("lookup of {id}"),
+        )?;
         Ok(Receipt::from(&m))
     }
 
@@ -1614,9 +1604,7 @@ impl Fleet {
     }
 
     async fn coordinator_row(&self, members: &[MemberRecord], host: &str) -> CoordinatorRow {
-        let primary = members
-            .iter()
-            .find(|m| m.role == Role::Primary && m.is_live());
+        let primary = crate::registry::state::live_primary(members);
         let queue = match primary.and_then(|p| self.ctx.dir.injector(&p.name)) {
             Some(i) => i
                 .call(|reply| InjectorMsg::Queue { reply }, CALL)
@@ -1958,10 +1946,10 @@ impl Fleet {
             Some(s) => s.call(|reply| SlotMsg::View { reply }, CALL).await.ok(),
             None => None,
         };
-        // Only the operator (and the member itself) sees another terminal's screen text.
-        let own = matches!(caller, Caller::Member(m) if m.name == name);
+        // A screen's text is shown to its member and the operator only.
+        let shown = authorize(caller, &Action::Screen { member: &name }, "screen").is_ok();
         let slot_view = slot_view.map(|mut v| {
-            if !own && !matches!(caller, Caller::Operator) {
+            if !shown {
                 v.screen = String::new();
             }
             v
@@ -2151,17 +2139,12 @@ impl Fleet {
                 ));
             }
         };
+        authorize(caller, &Action::Signal, "fleetd signal")?;
         let Caller::Member(m) = caller else {
-            return Err(FleetError::new(
-                ErrorKind::Forbidden,
+            return Err(FleetError::internal(
                 "fleetd signal",
-                format!(
-                    "{} is not a member; a signal must come from inside a member's process tree",
-                    caller.describe()
-                ),
-                "`fleetd signal` run by an agent hook inside the member's terminal",
-            )
-            .with_rule("SIGNAL"));
+                "an authorized signal has no member",
+            ));
         };
         if let Some(id) = &report.session_id
             && let Ok(r) = self.registry().await
@@ -2196,30 +2179,13 @@ impl Fleet {
         }
     }
 
-    fn operator_only(caller: &Caller, what: &str) -> Result<(), FleetError> {
-        if matches!(caller, Caller::Operator) {
-            Ok(())
-        } else {
-            Err(FleetError::new(
-                ErrorKind::Forbidden,
-                what,
-                format!(
-                    "{} is not the operator; terminals are the operator's",
-                    caller.describe()
-                ),
-                "the same request from the operator, outside every member",
-            )
-            .with_rule("ATTACH"))
-        }
-    }
-
     /// Attach: the current screen and a live stream of the terminal's output (operator only).
     pub async fn attach(
         &self,
         caller: &Caller,
         name: &str,
     ) -> Result<(Vec<u8>, broadcast::Receiver<Vec<u8>>), FleetError> {
-        Self::operator_only(caller, "attach")?;
+        authorize(caller, &Action::Terminal, "attach")?;
         let name = member_name(name)?;
         let slot = self.slot_of(&name).await?;
         slot.call(|reply| SlotMsg::Attach { reply }, CALL).await
@@ -2232,7 +2198,7 @@ impl Fleet {
         name: &str,
         bytes: Vec<u8>,
     ) -> Result<(), FleetError> {
-        Self::operator_only(caller, "terminal input")?;
+        authorize(caller, &Action::Terminal, "terminal input")?;
         let name = member_name(name)?;
         let slot = self.slot_of(&name).await?;
         slot.call(|reply| SlotMsg::Input { bytes, reply }, CALL)
@@ -2247,7 +2213,7 @@ impl Fleet {
         rows: u16,
         cols: u16,
     ) -> Result<(), FleetError> {
-        Self::operator_only(caller, "terminal resize")?;
+        authorize(caller, &Action::Terminal, "terminal resize")?;
         let name = member_name(name)?;
         if let Some(why) = crate::term::size_problem(rows, cols) {
             return Err(FleetError::invalid(
@@ -2271,7 +2237,7 @@ impl Fleet {
 
     /// Debug builds only: make an actor panic, to exercise supervision.
     pub async fn inject_fault(&self, caller: &Caller, target: &str) -> Result<(), FleetError> {
-        Self::operator_only(caller, "fault injection")?;
+        authorize(caller, &Action::Admin, "fault injection")?;
         if !cfg!(debug_assertions) {
             return Err(FleetError::invalid(
                 "fault injection",

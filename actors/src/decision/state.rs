@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::authz::{Action, authorize};
 use crate::error::{ErrorKind, FleetError};
 use crate::ledger::state::{Author, Entry};
 use crate::types::{Caller, DecisionId, Millis, Role};
@@ -155,58 +156,37 @@ fn parse_ts(s: &str) -> Option<Millis> {
         .map(|t| t.timestamp_millis().max(0) as Millis)
 }
 
-fn forbidden(what: &str, rule: &str, why: String, accepted: &str) -> FleetError {
-    FleetError::new(ErrorKind::Forbidden, what, why, accepted).with_rule(rule)
+/// DECIDE ([`crate::authz`]): the primary opens and closes decisions; the entry's author.
+pub fn authorize_decide(caller: &Caller, what: &str) -> Result<Author, FleetError> {
+    authorize(caller, &Action::Decide, what)?;
+    author(caller, what)
 }
 
-/// DECIDE: only the primary opens and closes decisions (the operator is not a participant).
-pub fn authorize_decide(caller: &Caller, what: &str) -> Result<Author, FleetError> {
+/// POSITION ([`crate::authz`]): an architect bound to a slot records positions; the entry's
+/// author and the slot, which comes from the connection.
+pub fn authorize_position(caller: &Caller, what: &str) -> Result<(Author, String), FleetError> {
+    authorize(caller, &Action::Position, what)?;
+    let a = author(caller, what)?;
+    let slot = a
+        .slot
+        .clone()
+        .ok_or_else(|| FleetError::internal(what, "an authorized position has no slot"))?;
+    Ok((a, slot))
+}
+
+/// The author of an entry written for an authorized member.
+fn author(caller: &Caller, what: &str) -> Result<Author, FleetError> {
     match caller {
-        Caller::Member(m) if m.role == Role::Primary => Ok(Author {
+        Caller::Member(m) => Ok(Author {
             member: m.name.to_string(),
             role: m.role.to_string(),
-            slot: None,
+            slot: (m.role == Role::Architect)
+                .then(|| m.slot.clone())
+                .flatten(),
         }),
-        other => Err(forbidden(
+        _ => Err(FleetError::internal(
             what,
-            "DECIDE",
-            format!(
-                "{} may not open or close decisions; that is the primary's",
-                other.describe()
-            ),
-            "the same call from the primary (the lead)",
-        )),
-    }
-}
-
-/// POSITION: only an architect, bound to a slot, records positions; its slot comes from the
-/// connection.
-pub fn authorize_position(caller: &Caller, what: &str) -> Result<(Author, String), FleetError> {
-    match caller {
-        Caller::Member(m) if m.role == Role::Architect => match &m.slot {
-            Some(slot) => Ok((
-                Author {
-                    member: m.name.to_string(),
-                    role: m.role.to_string(),
-                    slot: Some(slot.clone()),
-                },
-                slot.clone(),
-            )),
-            None => Err(forbidden(
-                what,
-                "POSITION",
-                format!("architect `{}` is bound to no slot", m.name),
-                "a call from an architect bound to a convened slot",
-            )),
-        },
-        other => Err(forbidden(
-            what,
-            "POSITION",
-            format!(
-                "{} may not record positions; only architects do",
-                other.describe()
-            ),
-            "fleet_decision position from an architect bound to a convened slot",
+            "an authorized entry has no member",
         )),
     }
 }

@@ -41,17 +41,14 @@ pub struct SchedulerState {
 /// The live primary's name: the reader the pullers read as.
 async fn live_primary(ctx: &SharedCtx) -> Option<String> {
     let r = ctx.dir.registry().ok()?;
-    let members = r
+    let primary = r
         .call(
-            |reply| crate::registry::actor::RegistryMsg::Members { reply },
+            |reply| crate::registry::actor::RegistryMsg::Primary { reply },
             Duration::from_secs(5),
         )
         .await
         .ok()?;
-    members
-        .into_iter()
-        .find(|m| m.role == crate::types::Role::Primary && m.is_live())
-        .map(|m| m.name.to_string())
+    primary.map(|m| m.name.to_string())
 }
 
 impl Actor for DriftScheduler {

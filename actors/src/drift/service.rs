@@ -17,7 +17,7 @@ use crate::ctx::Ctx;
 use crate::drift::gates::{self, Index, Params, Report};
 use crate::drift::kb;
 use crate::drift::line::{Kind, NewLine, sign};
-use crate::error::{ErrorKind, FleetError};
+use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
 use crate::injector::actor::InjectorMsg;
@@ -180,18 +180,12 @@ pub async fn notify_lead(ctx: &Arc<Ctx>, text: &str) {
     let Ok(registry) = ctx.dir.registry() else {
         return;
     };
-    let Ok(members) = registry
+    let Ok(Some(lead)) = registry
         .call(
-            |reply| crate::registry::actor::RegistryMsg::Members { reply },
+            |reply| crate::registry::actor::RegistryMsg::Primary { reply },
             Duration::from_secs(5),
         )
         .await
-    else {
-        return;
-    };
-    let Some(lead) = members
-        .into_iter()
-        .find(|m| m.role == Role::Primary && m.is_live())
     else {
         return;
     };
@@ -249,18 +243,13 @@ pub struct PeersView {
 }
 
 fn writer(caller: &Caller, what: &str) -> Result<(String, Role), FleetError> {
+    crate::authz::authorize(caller, &crate::authz::Action::DriftWrite, what)?;
     match caller {
         Caller::Member(m) => Ok((m.name.to_string(), m.role)),
-        other => Err(FleetError::new(
-            ErrorKind::Forbidden,
+        _ => Err(FleetError::internal(
             what,
-            format!(
-                "{} has no drift log: only members write their own, through fleet_drift",
-                other.describe()
-            ),
-            "fleet_drift from a member (operators append offline with `fleetd drift append`)",
-        )
-        .with_rule("DRIFT")),
+            "an authorized drift write has no member",
+        )),
     }
 }
 

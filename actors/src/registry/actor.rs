@@ -54,6 +54,10 @@ pub enum RegistryMsg {
         name: MemberName,
         reply: RpcReplyPort<Option<MemberRecord>>,
     },
+    /// The live primary (the lead), if there is one.
+    Primary {
+        reply: RpcReplyPort<Option<MemberRecord>>,
+    },
     Slots {
         reply: RpcReplyPort<Vec<SlotView>>,
     },
@@ -285,6 +289,9 @@ impl Actor for RegistryActor {
             }
             RegistryMsg::Member { name, reply } => {
                 let _ = reply.send(st.core.member(&name).cloned());
+            }
+            RegistryMsg::Primary { reply } => {
+                let _ = reply.send(st.core.primary().cloned());
             }
             RegistryMsg::Slots { reply } => {
                 let v = st

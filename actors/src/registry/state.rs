@@ -210,9 +210,7 @@ impl Registry {
 
     /// The live primary, if any.
     pub fn primary(&self) -> Option<&MemberRecord> {
-        self.members
-            .values()
-            .find(|m| m.role == Role::Primary && m.is_live())
+        live_primary(self.members.values())
     }
 
     /// How many spawns wait for `slot`.
@@ -619,6 +617,16 @@ impl Registry {
         }
         Ok(())
     }
+}
+
+/// The live primary among `members`: the one rule for "the lead", wherever a list of members
+/// is already at hand (the registry answers `Primary` with it).
+pub fn live_primary<'a>(
+    members: impl IntoIterator<Item = &'a MemberRecord>,
+) -> Option<&'a MemberRecord> {
+    members
+        .into_iter()
+        .find(|m| m.role == Role::Primary && m.is_live())
 }
 
 #[cfg(test)]
