@@ -182,6 +182,46 @@ type ReloadFn =
 /// accepting (first, at shutdown, being the last child started).
 struct ApiActor;
 
+/// What the API actor hears: one of its listeners ended (an error, a panic, or returning)
+/// while the actor was not stopping. The actor then fails, so its policy restarts it (which
+/// binds the sockets again) or escalates.
+enum ApiMsg {
+    ListenerEnded { which: &'static str, why: String },
+}
+
+/// Runs one listener; if it ends while `token` is not cancelled, tells the API actor.
+fn listener(
+    myself: &ActorRef<ApiMsg>,
+    token: &CancellationToken,
+    which: &'static str,
+    serve: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let mut inner = tokio::spawn(serve);
+    let (me, token) = (myself.clone(), token.clone());
+    tokio::spawn(async move {
+        let why = tokio::select! {
+            r = &mut inner => match r {
+                Ok(Ok(())) => "it returned".to_string(),
+                Ok(Err(e)) => e,
+                Err(e) if e.is_panic() => "it panicked".to_string(),
+                Err(_) => return,
+            },
+            // Stopping: the listener ends on its own copy of the token; give it up if it
+            // lingers.
+            _ = token.cancelled() => {
+                if tokio::time::timeout(Duration::from_secs(3), &mut inner).await.is_err() {
+                    inner.abort();
+                }
+                return;
+            }
+        };
+        if !token.is_cancelled() {
+            tracing::error!(listener = which, %why, "a listener stopped; the API restarts");
+            let _ = me.cast(ApiMsg::ListenerEnded { which, why });
+        }
+    })
+}
+
 struct ApiState {
     token: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -196,14 +236,31 @@ fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
+impl ApiState {
+    /// Cancel the listeners and wait (bounded) for them; remove the sockets.
+    async fn close(&mut self) {
+        self.token.cancel();
+        for t in self.tasks.drain(..) {
+            if tokio::time::timeout(Duration::from_secs(4), t)
+                .await
+                .is_err()
+            {
+                tracing::warn!("an API listener did not stop within 4 s");
+            }
+        }
+        let _ = std::fs::remove_file(self.layout.api_socket());
+        let _ = std::fs::remove_file(self.layout.mcp_socket());
+    }
+}
+
 impl Actor for ApiActor {
-    type Msg = ();
+    type Msg = ApiMsg;
     type State = ApiState;
     type Arguments = ApiArgs;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<()>,
+        myself: ActorRef<ApiMsg>,
         a: ApiArgs,
     ) -> Result<ApiState, ActorProcessingErr> {
         let token = CancellationToken::new();
@@ -230,28 +287,27 @@ impl Actor for ApiActor {
         let rest_l = bind_private(&a.layout.api_socket())
             .map_err(|e| format!("{}: {e}", a.layout.api_socket().display()))?;
         let (app1, t1) = (app.clone(), token.clone());
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = rest::serve_unix(rest_l, app1, t1).await {
-                tracing::error!(error = %e, "REST server stopped");
-            }
+        tasks.push(listener(&myself, &token, "REST", async move {
+            rest::serve_unix(rest_l, app1, t1)
+                .await
+                .map_err(|e| e.to_string())
         }));
         if let Some(addr) = &config.api.tcp {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("api.tcp {addr}: {e}"))?;
             let t2 = token.clone();
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = rest::serve_tcp(l, app, t2).await {
-                    tracing::error!(error = %e, "REST TCP server stopped");
-                }
+            tasks.push(listener(&myself, &token, "REST TCP", async move {
+                rest::serve_tcp(l, app, t2).await.map_err(|e| e.to_string())
             }));
         }
         let mcp_l = bind_private(&a.layout.mcp_socket())
             .map_err(|e| format!("{}: {e}", a.layout.mcp_socket().display()))?;
         let (f, t3) = (a.fleet.clone(), token.clone());
         let limits = mcp::Limits::new(&config.limits);
-        tasks.push(tokio::spawn(async move {
-            mcp::serve(mcp_l, f, t3, limits).await
+        tasks.push(listener(&myself, &token, "MCP", async move {
+            mcp::serve(mcp_l, f, t3, limits).await;
+            Ok(())
         }));
         tracing::info!(rest = %a.layout.api_socket().display(), mcp = %a.layout.mcp_socket().display(), tcp = ?config.api.tcp, "listening");
         Ok(ApiState {
@@ -261,22 +317,27 @@ impl Actor for ApiActor {
         })
     }
 
-    async fn post_stop(
+    async fn handle(
         &self,
-        _myself: ActorRef<()>,
+        _myself: ActorRef<ApiMsg>,
+        msg: ApiMsg,
         st: &mut ApiState,
     ) -> Result<(), ActorProcessingErr> {
-        st.token.cancel();
-        for t in st.tasks.drain(..) {
-            if tokio::time::timeout(Duration::from_secs(3), t)
-                .await
-                .is_err()
-            {
-                tracing::warn!("an API listener did not stop within 3 s");
+        match msg {
+            ApiMsg::ListenerEnded { which, why } => {
+                // ractor runs no post_stop after a failure: close the rest here.
+                st.close().await;
+                Err(format!("the {which} listener stopped: {why}").into())
             }
         }
-        let _ = std::fs::remove_file(st.layout.api_socket());
-        let _ = std::fs::remove_file(st.layout.mcp_socket());
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ApiMsg>,
+        st: &mut ApiState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.close().await;
         Ok(())
     }
 }
@@ -309,7 +370,6 @@ pub struct Daemon {
     pub layout: Arc<Layout>,
     join: tokio::task::JoinHandle<()>,
     config_path: Option<PathBuf>,
-    gc: tokio::task::JoinHandle<()>,
     /// Peer links, when `link.listen` is set.
     pub links: Option<crate::link::actor::Links>,
 }
@@ -470,18 +530,23 @@ impl Daemon {
                 (ApiActor, args.clone())
             }))
             .await?;
-        // Settled receipts beyond retention are trimmed now and then.
+        // Settled receipts beyond retention are trimmed now and then, by a supervised task.
         let c2 = ctx.clone();
-        let gc = tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_secs(300));
-            loop {
-                every.tick().await;
-                let keep = c2.config().tickets.retention;
-                if let Err(e) = c2.store.run(move |s| s.trim_messages(keep)).await {
-                    tracing::warn!(error = %e, "could not trim old receipts");
-                }
-            }
-        });
+        fleet
+            .start_child(ChildSpec::task("gc", "gc", move || {
+                let c = c2.clone();
+                Box::pin(async move {
+                    let mut every = tokio::time::interval(Duration::from_secs(300));
+                    loop {
+                        every.tick().await;
+                        let keep = c.config().tickets.retention;
+                        if let Err(e) = c.store.run(move |s| s.trim_messages(keep)).await {
+                            tracing::warn!(error = %e, "could not trim old receipts");
+                        }
+                    }
+                })
+            }))
+            .await?;
         let links = start_links(&ctx).await?;
         if let Some(l) = &links {
             start_post_office(&fleet, l.transport()).await?;
@@ -492,7 +557,6 @@ impl Daemon {
             layout,
             join,
             config_path,
-            gc,
             links,
         })
     }
@@ -532,7 +596,6 @@ impl Daemon {
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(1));
         let hung = self.fleet.shutdown(remaining).await;
-        self.gc.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.join).await;
         if !hung.is_empty() {
             tracing::error!(?hung, "shutdown overran its deadline; these were killed");
@@ -572,12 +635,101 @@ impl Daemon {
                     let why = why.unwrap_or_else(|| "the supervisor stopped".into());
                     tracing::error!(reason = %why, "escalation: fleetd exits non-zero so its service manager restarts it");
                     eprintln!("fleetd: escalated: {why}");
-                    self.gc.abort();
                     return Ok(2);
                 }
             }
         }
         notify("STOPPING=1");
         Ok(self.shutdown().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use fleetd_actors::clock::{Clock, SystemClock};
+    use fleetd_actors::ctx::Ctx;
+    use fleetd_actors::events::{EventBus, EventKind};
+    use fleetd_actors::supervisor::actor::{ChildSpec, Supervisor, start_child};
+    use ractor::Actor;
+
+    fn ctx(dir: &std::path::Path) -> Arc<Ctx> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let mut config = fleetd_actors::config::Config::default();
+        config.supervision.insert(
+            "gc".into(),
+            fleetd_actors::config::RestartPolicyConfig {
+                max_restarts: 2,
+                window_secs: 60,
+                backoff_initial_ms: 1,
+                backoff_max_ms: 1,
+                ..Default::default()
+            },
+        );
+        Arc::new(Ctx::new(
+            fleetd_actors::store::Store::open(&dir.join("state.redb")).unwrap(),
+            Arc::new(EventBus::new(clock.clone(), 64)),
+            clock,
+            config,
+            Arc::new(crate::term::HostBackend::new(dir, "/bin/false".into()).unwrap()),
+            dir.to_path_buf(),
+            "/bin/false".into(),
+            0,
+            ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
+        ))
+    }
+
+    /// A supervised task that errs, panics or returns fails its child: it is restarted under
+    /// its policy, and past the limit the supervisor escalates.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_child_that_ends_is_restarted_then_escalates() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(dir.path());
+        let (_, mut events) = ctx.events.subscribe(u64::MAX);
+        let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone()).await.unwrap();
+        let starts = Arc::new(AtomicU32::new(0));
+        let s2 = starts.clone();
+        let spec = ChildSpec::task("gc", "gc", move || {
+            let n = s2.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                match n {
+                    0 => Err("boom".to_string()),
+                    1 => panic!("a bug"),
+                    _ => Ok(()),
+                }
+            })
+        });
+        start_child(&sup, spec).await.unwrap();
+        let mut reasons = vec![];
+        loop {
+            let e = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+                .await
+                .expect("an event within 10 s")
+                .unwrap();
+            match e.kind {
+                EventKind::Restarted { child, reason, .. } => {
+                    assert_eq!(child, "gc");
+                    reasons.push(reason);
+                }
+                EventKind::Escalated { reason } => {
+                    assert!(
+                        reason.contains("gc") && reason.contains("limit 2"),
+                        "{reason}"
+                    );
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].contains("gc stopped: boom"), "{reasons:?}");
+        assert!(reasons[1].contains("it panicked"), "{reasons:?}");
+        assert_eq!(starts.load(Ordering::SeqCst), 3);
+        tokio::time::timeout(std::time::Duration::from_secs(10), join)
+            .await
+            .expect("the supervisor stops after escalating")
+            .unwrap();
     }
 }

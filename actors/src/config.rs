@@ -628,6 +628,15 @@ impl Config {
     }
 
     /// The restart policy for a child kind (`registry`, `tickets`, `slot`, `injector`, `api`).
+    /// The root supervisor's intensity: restarts across all its children within a window.
+    pub fn supervisor_intensity(&self) -> RestartPolicy {
+        self.supervision
+            .get("supervisor")
+            .cloned()
+            .unwrap_or(SUPERVISOR_INTENSITY)
+            .policy()
+    }
+
     pub fn restart_policy(&self, kind: &str) -> RestartPolicy {
         self.supervision
             .get(kind)
@@ -874,8 +883,33 @@ impl Config {
 
 /// The supervised child kinds a `[supervision.KIND]` policy may name.
 pub const KINDS: &[&str] = &[
-    "default", "registry", "tickets", "ledger", "decision", "slot", "injector", "api",
+    "default",
+    "supervisor",
+    "registry",
+    "tickets",
+    "ledger",
+    "decision",
+    "slot",
+    "injector",
+    "api",
+    "link",
+    "mail",
+    "anchors",
+    "drift",
+    "gc",
 ];
+
+/// The root supervisor's own restart intensity when `[supervision.supervisor]` does not set
+/// one: restarts of all its children together, as OTP counts them. Each child's policy
+/// (`[supervision.KIND]`) still bounds that child alone; this bound is what escalates when many
+/// children fail at once (fifty crash-looping slots, each under its own limit).
+pub const SUPERVISOR_INTENSITY: RestartPolicyConfig = RestartPolicyConfig {
+    restart: Restart::Permanent,
+    max_restarts: 50,
+    window_secs: 60,
+    backoff_initial_ms: 0,
+    backoff_max_ms: 0,
+};
 
 /// Every `fleet_*` or `bridge_*` tool-like name in a text.
 pub fn tool_names_in(text: &str) -> Vec<String> {

@@ -44,7 +44,8 @@ pub enum LinkMsg {
 /// peers' actors (which live under the root supervisor).
 pub struct Links {
     pub endpoint: Arc<Endpoint>,
-    acceptor: tokio::task::JoinHandle<()>,
+    /// Cancelled when the links are shut down on purpose (the acceptor then ends quietly).
+    closing: tokio_util::sync::CancellationToken,
     current: Current,
     pub anchors: Arc<AnchorService>,
 }
@@ -165,36 +166,55 @@ impl Links {
             });
             start_child(&sup, spec).await?;
         }
-        let (e, a, c) = (endpoint.clone(), actors.clone(), ctx.clone());
-        let acceptor = tokio::spawn(async move {
-            while let Some(r) = e.accept().await {
-                match r {
-                    Ok(link) => {
-                        let actor = a
-                            .read()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get(&link.peer)
-                            .cloned();
-                        match actor {
-                            Some(actor) => {
-                                if let Err(ractor::MessagingErr::SendErr(LinkMsg::Incoming(l))) =
-                                    actor.cast(LinkMsg::Incoming(link))
-                                {
-                                    l.conn.close(close::REFUSED.into(), b"restarting");
+        // The acceptor routes incoming links to the peers' actors. It is a supervised task: if
+        // the endpoint stops accepting while the links are not being shut down, it fails, and
+        // its policy restarts it or escalates.
+        let closing = tokio_util::sync::CancellationToken::new();
+        let (e0, a0, c0, k0) = (
+            endpoint.clone(),
+            actors.clone(),
+            ctx.clone(),
+            closing.clone(),
+        );
+        let acceptor = ChildSpec::task("link-acceptor", "link", move || {
+            let (e, a, c, k) = (e0.clone(), a0.clone(), c0.clone(), k0.clone());
+            Box::pin(async move {
+                while let Some(r) = e.accept().await {
+                    match r {
+                        Ok(link) => {
+                            let actor = a
+                                .read()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get(&link.peer)
+                                .cloned();
+                            match actor {
+                                Some(actor) => {
+                                    if let Err(ractor::MessagingErr::SendErr(LinkMsg::Incoming(
+                                        l,
+                                    ))) = actor.cast(LinkMsg::Incoming(link))
+                                    {
+                                        l.conn.close(close::REFUSED.into(), b"restarting");
+                                    }
                                 }
+                                None => link.conn.close(close::REFUSED.into(), b"no link actor"),
                             }
-                            None => link.conn.close(close::REFUSED.into(), b"no link actor"),
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "incoming link refused");
+                            c.events.emit(EventKind::LinkRefused {
+                                detail: e.to_string(),
+                            });
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "incoming link refused");
-                        c.events.emit(EventKind::LinkRefused {
-                            detail: e.to_string(),
-                        });
-                    }
                 }
-            }
+                if k.is_cancelled() {
+                    // Shut down on purpose: stay until the supervisor stops this child.
+                    std::future::pending::<()>().await;
+                }
+                Err("the QUIC endpoint stopped accepting links".to_string())
+            })
         });
+        start_child(&sup, acceptor).await?;
         // The anchor puller: every linked peer's drift anchors, once per heartbeat.
         let (c, cur, an, peers) = (
             ctx.clone(),
@@ -214,7 +234,7 @@ impl Links {
         start_child(&sup, spec).await?;
         Ok(Links {
             endpoint,
-            acceptor,
+            closing,
             current,
             anchors,
         })
@@ -246,7 +266,7 @@ impl Links {
 
     /// Close every link and stop accepting.
     pub async fn shutdown(&self) {
-        self.acceptor.abort();
+        self.closing.cancel();
         self.endpoint.shutdown().await;
     }
 }

@@ -124,3 +124,62 @@ async fn a_crash_loop_escalates_and_the_daemon_exits_non_zero() {
         "{log}"
     );
 }
+
+/// Restart intensity is counted for the supervisor as a whole, as OTP does: children that
+/// each stay under their own limit still escalate together past the supervisor's.
+#[tokio::test(flavor = "multi_thread")]
+async fn children_each_under_their_limit_escalate_together_past_the_supervisors() {
+    let mut c = test_config();
+    let slot = c.supervision.get_mut("slot").unwrap();
+    slot.restart = Restart::Transient;
+    slot.max_restarts = 5;
+    slot.window_secs = 60;
+    let mut overall = slot.clone();
+    overall.max_restarts = 3;
+    c.supervision.insert("supervisor".into(), overall);
+    let mut d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    ev.status("w1", "idle").await;
+    d.spawn("w2", "worker", sim(&[])).await;
+    ev.status("w2", "idle").await;
+    // Three restarts in all, never more than two of one child: each is within its own limit.
+    for (n, who) in ["w1", "w2", "w1"].into_iter().enumerate() {
+        let child = format!("slot:{who}");
+        d.fault(&child).await;
+        ev.until(
+            "restart",
+            |e| matches!(&e.kind, EventKind::Restarted { child: c, .. } if *c == child),
+        )
+        .await;
+        ev.until("re-adoption", |e| {
+            e.seq > 0
+                && matches!(&e.kind, EventKind::Adopted { member, .. } if member.as_str() == who)
+        })
+        .await;
+        assert!(
+            !ev.seen
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::Escalated { .. })),
+            "escalated after {} restarts",
+            n + 1
+        );
+        ev.seen.clear();
+    }
+    // The fourth, of w2 (its second): over the supervisor's intensity of 3.
+    d.fault("slot:w2").await;
+    let e = ev
+        .until("escalation", |e| {
+            matches!(&e.kind, EventKind::Escalated { .. })
+        })
+        .await;
+    let EventKind::Escalated { reason } = &e.kind else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("children together") && reason.contains("limit 3"),
+        "{reason}"
+    );
+    let st = d.wait_exit(Duration::from_secs(15));
+    assert_eq!(st.code(), Some(2), "{}", d.log());
+}

@@ -62,10 +62,84 @@ impl ChildSpec {
         }
     }
 
+    /// A child that is a long-running task (an accept loop, a sweep): `make` gives the task's
+    /// future each time it is started. The task ending for any reason (an error, a panic, or
+    /// returning at all while the child is not being stopped) fails the child, so its policy
+    /// restarts it or escalates; stopping the child aborts the task. A task that ends only
+    /// when the daemon stops never fails its owner silently.
+    pub fn task(
+        id: impl Into<String>,
+        kind: &'static str,
+        make: impl Fn() -> BoxFut<'static, Result<(), String>> + Send + Sync + 'static,
+    ) -> ChildSpec {
+        let id = id.into();
+        let label = id.clone();
+        ChildSpec::actor(id, kind, move || (TaskActor, (label.clone(), make())))
+    }
+
     /// Call `f` with the child's actor id when it ends (to clear its directory entry).
     pub fn on_down(mut self, f: impl Fn(ractor::ActorId) + Send + Sync + 'static) -> ChildSpec {
         self.on_down = Some(Arc::new(f));
         self
+    }
+}
+
+/// The actor behind [`ChildSpec::task`]: it owns one task and fails when the task ends.
+pub struct TaskActor;
+
+pub enum TaskMsg {
+    /// The task ended, and why.
+    Ended(String),
+}
+
+pub struct TaskState {
+    id: String,
+    task: tokio::task::AbortHandle,
+}
+
+impl Actor for TaskActor {
+    type Msg = TaskMsg;
+    type State = TaskState;
+    type Arguments = (String, BoxFut<'static, Result<(), String>>);
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<TaskMsg>,
+        (id, fut): (String, BoxFut<'static, Result<(), String>>),
+    ) -> Result<TaskState, ActorProcessingErr> {
+        let inner = tokio::spawn(fut);
+        let task = inner.abort_handle();
+        tokio::spawn(async move {
+            let why = match inner.await {
+                Ok(Ok(())) => "it returned".to_string(),
+                Ok(Err(e)) => e,
+                Err(e) if e.is_panic() => "it panicked".to_string(),
+                // Aborted: the child is being stopped.
+                Err(_) => return,
+            };
+            let _ = myself.cast(TaskMsg::Ended(why));
+        });
+        Ok(TaskState { id, task })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<TaskMsg>,
+        msg: TaskMsg,
+        st: &mut TaskState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            TaskMsg::Ended(why) => Err(format!("{} stopped: {why}", st.id).into()),
+        }
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<TaskMsg>,
+        st: &mut TaskState,
+    ) -> Result<(), ActorProcessingErr> {
+        st.task.abort();
+        Ok(())
     }
 }
 
@@ -135,6 +209,8 @@ pub struct SupervisorState {
     ctx: SharedCtx,
     children: Vec<Child>,
     shutting_down: bool,
+    /// Restarts of all children together, against the supervisor's own intensity (OTP's).
+    overall: RestartTracker,
 }
 
 impl SupervisorState {
@@ -202,7 +278,18 @@ impl SupervisorState {
             down(cell.get_id());
         }
         let id = child.spec.id.clone();
-        match child.tracker.on_exit(&id, exit, now) {
+        let mut decision = child.tracker.on_exit(&id, exit, now);
+        if let Decision::Restart { .. } = decision {
+            // The child's own limit allows it; the supervisor's, over all children, may not.
+            let overall = format!("the children together (last: {id})");
+            if let Decision::Escalate { reason } =
+                self.overall.on_exit(&overall, ExitKind::Failed, now)
+            {
+                decision = Decision::Escalate { reason };
+            }
+        }
+        let child = &mut self.children[idx];
+        match decision {
             Decision::Restart { delay_ms, attempt } => {
                 child.restarts_total += 1;
                 tracing::warn!(child = %id, attempt, delay_ms, detail = %detail, "child ended; restarting");
@@ -250,10 +337,12 @@ impl Actor for Supervisor {
         _myself: ActorRef<SupervisorMsg>,
         ctx: SharedCtx,
     ) -> Result<SupervisorState, ActorProcessingErr> {
+        let overall = RestartTracker::new(ctx.config().supervisor_intensity());
         Ok(SupervisorState {
             ctx,
             children: vec![],
             shutting_down: false,
+            overall,
         })
     }
 
