@@ -308,9 +308,10 @@ pub async fn run(
     );
     anyhow::ensure!(
         reports.len() == 2
-            && reports
-                .iter()
-                .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
+            && reports.iter().all(
+                |r| r.verdict == fleetd_actors::drift::gates::Verdict::Trusted
+                    && r.g3 == fleetd_actors::drift::gates::G3::Consensus
+            ),
         "the workers' drift anchors did not come out trusted by consensus"
     );
     out!("demo ok");

@@ -556,9 +556,9 @@ async fn run_drift(args: &BenchArgs) -> anyhow::Result<Value> {
         let t3 = Instant::now();
         anyhow::ensure!(
             reports.len() == args.peers - 1
-                && reports
-                    .iter()
-                    .all(|r| r.verdict == "trusted" && r.g3 == "consensus"),
+                && reports.iter().all(|r| r.verdict
+                    == fleetd_actors::drift::gates::Verdict::Trusted
+                    && r.g3 == fleetd_actors::drift::gates::G3::Consensus),
             "the benchmark KB did not evaluate as expected"
         );
         sigs = ix
@@ -1111,7 +1111,10 @@ async fn run_anchors(args: &BenchArgs) -> anyhow::Result<Value> {
         let reports = fleetd_actors::drift::gates::evaluate_all(&ix, Some("lead"), &params);
         gates_t.push(t.elapsed());
         anyhow::ensure!(
-            reports.len() == args.peers && reports.iter().all(|r| r.verdict == "trusted"),
+            reports.len() == args.peers
+                && reports
+                    .iter()
+                    .all(|r| r.verdict == fleetd_actors::drift::gates::Verdict::Trusted),
             "not every remote identity came out trusted"
         );
         // Baselines: the same bytes echoed raw, and the same signatures checked alone.

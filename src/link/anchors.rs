@@ -174,7 +174,7 @@ impl PullerState {
         fleetd_actors::drift::service::raise(
             &self.ctx,
             &format!("{}@{}", e.identity, e.home),
-            "G3",
+            fleetd_actors::drift::gates::AlertRule::G3,
             text,
         )
         .await;

@@ -151,7 +151,7 @@ impl WitnessService {
                 fleetd_actors::drift::service::raise(
                     &self.ctx,
                     peer,
-                    "WITNESS",
+                    fleetd_actors::drift::gates::AlertRule::Witness,
                     format!("the ledger {origin} of `{peer}` no longer extends what this host witnessed: {why}"),
                 )
                 .await;
@@ -164,8 +164,13 @@ impl WitnessService {
                     w.size,
                     path.display()
                 );
-                fleetd_actors::drift::service::raise(&self.ctx, peer, "WITNESS", text.clone())
-                    .await;
+                fleetd_actors::drift::service::raise(
+                    &self.ctx,
+                    peer,
+                    fleetd_actors::drift::gates::AlertRule::Witness,
+                    text.clone(),
+                )
+                .await;
                 refuse(text)
             }
         }

@@ -95,7 +95,10 @@ impl Actor for DriftScheduler {
                 let reports = st.ctx.drift.reports();
                 st.ctx.events.emit(crate::events::EventKind::DriftPass {
                     peers: reports.len(),
-                    untrusted: reports.iter().filter(|r| r.verdict == "untrusted").count(),
+                    untrusted: reports
+                        .iter()
+                        .filter(|r| r.verdict == crate::drift::gates::Verdict::Untrusted)
+                        .count(),
                     late: 0,
                     took_us: started.elapsed().as_micros() as u64,
                     kb_error: Some(e.to_string()),
@@ -165,7 +168,9 @@ impl Actor for DriftScheduler {
                 .drift
                 .reports()
                 .iter()
-                .filter(|r| peers.contains(&r.peer) && r.verdict == "untrusted")
+                .filter(|r| {
+                    peers.contains(&r.peer) && r.verdict == crate::drift::gates::Verdict::Untrusted
+                })
                 .count();
             ctx.events.emit(crate::events::EventKind::DriftPass {
                 peers: n,
@@ -321,7 +326,7 @@ impl Actor for DriftPuller {
         }
         // The report is visible (status, /drift) before its alerts are raised, so whoever
         // reacts to an alert sees the verdict that caused it.
-        let fresh: Vec<(&'static str, String)> = report
+        let fresh: Vec<(crate::drift::gates::AlertRule, String)> = report
             .raise
             .iter()
             // A conflict is raised once, not at every heartbeat (nor again after a restart).
@@ -332,7 +337,7 @@ impl Actor for DriftPuller {
         for (rule, a) in &fresh {
             let rule = *rule;
             raise(&st.ctx, &st.peer, rule, a.clone()).await;
-            if rule == "G4"
+            if rule == crate::drift::gates::AlertRule::G4
                 && let Some(r) = &reader
             {
                 // Into the reader's own log, as the seed's mechanism says.

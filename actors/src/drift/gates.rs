@@ -317,17 +317,104 @@ pub fn names_role(statement: &str, forbidden: &str) -> bool {
 
 // ---- the report ----------------------------------------------------------------------
 
+/// A gate's outcome as an enum, serialised as the protocol's word for it.
+macro_rules! outcome {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+        pub enum $name {
+            $($(#[$vm])* #[serde(rename = $s)] $v),*
+        }
+        impl $name {
+            /// The protocol's word for it (as JSON carries it).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$v => $s),*
+                }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+outcome!(
+    /// G1: do the peer's own lines verify and parse?
+    G1 {
+        Pass => "pass",
+        /// A line of its own failed (alerts say which); an earlier clean one may still anchor.
+        Fail => "fail",
+    }
+);
+outcome!(
+    /// G2: how old is the anchor?
+    G2 {
+        /// No anchor to date.
+        NotApplicable => "n/a",
+        Fresh => "fresh",
+        /// Past the TTL, within the grace: usable, flagged.
+        Grace => "grace",
+        /// Past the grace: discarded (a fresh instance).
+        Expired => "expired",
+    }
+);
+outcome!(
+    /// G3: what do the other readers say about the peer?
+    G3 {
+        /// No reports.
+        NotApplicable => "n/a",
+        Single => "single",
+        Consensus => "consensus",
+        /// A report contradicts the anchor (a cascade alert).
+        Conflict => "conflict",
+    }
+);
+outcome!(
+    /// G4: the reader's own statements against the peer's, minute by minute.
+    G4 {
+        /// Nothing in the same minute to compare.
+        NotApplicable => "n/a",
+        Ok => "ok",
+        Alert => "alert",
+    }
+);
+outcome!(
+    /// The rule an alert raised to the lead is under.
+    AlertRule {
+        /// A cascade alert: a report contradicts the anchor, or an equivocation.
+        G3 => "G3",
+        /// A self-consistency alert.
+        G4 => "G4",
+        /// A peer's ledger no longer extends what this host witnessed, or it equivocated.
+        Witness => "WITNESS",
+    }
+);
+outcome!(
+    /// What the reader should make of the peer.
+    Verdict {
+        Trusted => "trusted",
+        /// Anchored in the grace period.
+        Stale => "stale",
+        /// No anchor and nothing against it: a new identity.
+        FreshInstance => "fresh_instance",
+        Untrusted => "untrusted",
+    }
+);
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Report {
     pub peer: String,
     pub anchor: Option<String>,
     pub anchor_ts: Option<String>,
     pub anchor_tick: Option<u64>,
-    pub g1: &'static str,
-    pub g2: &'static str,
-    pub g3: &'static str,
-    pub g4: &'static str,
-    pub verdict: &'static str,
+    pub g1: G1,
+    pub g2: G2,
+    pub g3: G3,
+    pub g4: G4,
+    pub verdict: Verdict,
     pub alerts: Vec<String>,
     /// Identities whose reports about the peer G3 weighed.
     pub reporters: Vec<String>,
@@ -335,13 +422,13 @@ pub struct Report {
     /// `alerts` too. A remote identity's equivocation by its own home is not among them: the
     /// anchor puller raises that one with its proof.
     #[serde(skip)]
-    pub raise: Vec<(&'static str, String)>,
+    pub raise: Vec<(AlertRule, String)>,
 }
 
 impl Report {
     /// A cascade alert (G3 conflict) or a self-consistency alert (G4).
     pub fn is_alarming(&self) -> bool {
-        self.g3 == "conflict" || self.g4 == "alert"
+        self.g3 == G3::Conflict || self.g4 == G4::Alert
     }
 }
 
@@ -391,7 +478,7 @@ pub fn evaluate(
     let mut raise = vec![];
     let own = ix.owners.get(peer);
     // ---- the anchor: the last clean fencepost/reanchor about itself in the latest-date log ----
-    let mut g1 = "pass";
+    let mut g1 = G1::Pass;
     let mut candidates_seen = false;
     let mut anchor: Option<&At> = None;
     let mut unreadable = None;
@@ -402,7 +489,7 @@ pub fn evaluate(
             if let Some(bad) = oi.bad.get(latest)
                 && !bad.is_empty()
             {
-                g1 = "fail";
+                g1 = G1::Fail;
                 alerts.extend(bad.iter().cloned());
             }
             for a in oi.files.get(latest).into_iter().flatten() {
@@ -424,7 +511,7 @@ pub fn evaluate(
                 }
                 anchor = Some(a);
             }
-            if g1 == "fail" && anchor.is_none() {
+            if g1 == G1::Fail && anchor.is_none() {
                 candidates_seen = true;
             }
         }
@@ -448,27 +535,27 @@ pub fn evaluate(
         }
     }
     let g2 = match anchor_ms {
-        None => "n/a",
+        None => G2::NotApplicable,
         Some(t) => {
             let age = p.now.saturating_sub(t);
             if age <= p.ttl_ms {
-                "fresh"
+                G2::Fresh
             } else if age <= p.grace_ms {
                 alerts.push(format!(
                     "G2: the anchor is {} h old (grace: usable, flagged)",
                     age / 3_600_000
                 ));
-                "grace"
+                G2::Grace
             } else {
                 alerts.push(format!(
                     "G2: the anchor is {} days old: expired, discarded (a fresh instance)",
                     age / DAY_MS
                 ));
-                "expired"
+                G2::Expired
             }
         }
     };
-    if g2 == "expired" {
+    if g2 == G2::Expired {
         anchor_text = None;
         anchor_ts = None;
         anchor_tick = None;
@@ -509,7 +596,7 @@ pub fn evaluate(
                         &a.v.ts[..10.min(a.v.ts.len())]
                     );
                     if !equivocation {
-                        raise.push(("G3", t.clone()));
+                        raise.push((AlertRule::G3, t.clone()));
                     }
                     alerts.push(t);
                 }
@@ -523,7 +610,7 @@ pub fn evaluate(
                     drift.place(),
                     &clean.v.ts[..16.min(clean.v.ts.len())]
                 );
-                raise.push(("G3", t.clone()));
+                raise.push((AlertRule::G3, t.clone()));
                 alerts.push(t);
                 conflict = true;
             }
@@ -537,7 +624,7 @@ pub fn evaluate(
                     "G3 conflict (circle): {} says {peer} is {b:?}, which names the forbidden role {role:?}",
                     a.place()
                 );
-                raise.push(("G3", t.clone()));
+                raise.push((AlertRule::G3, t.clone()));
                 alerts.push(t);
                 conflict = true;
             }
@@ -545,16 +632,16 @@ pub fn evaluate(
     }
     let reporters: BTreeSet<String> = rs.iter().map(|a| a.owner.clone()).collect();
     let g3 = if conflict {
-        "conflict"
+        G3::Conflict
     } else {
         match reporters.len() {
-            0 => "n/a",
-            1 => "single",
-            _ => "consensus",
+            0 => G3::NotApplicable,
+            1 => G3::Single,
+            _ => G3::Consensus,
         }
     };
     // ---- G4: the reader's own statements about the peer, minute by minute ----
-    let mut g4 = "n/a";
+    let mut g4 = G4::NotApplicable;
     if let Some(r) = reader.filter(|r| *r != peer) {
         let lo = p.now.saturating_sub(p.grace_ms);
         let hi = p.now + p.skew_ms;
@@ -572,11 +659,11 @@ pub fn evaluate(
         let theirs: Vec<&At> = rs.iter().copied().filter(|a| a.owner == peer).collect();
         for m in &mine {
             for t in theirs.iter().filter(|t| t.minute() == m.minute()) {
-                if g4 == "n/a" {
-                    g4 = "ok";
+                if g4 == G4::NotApplicable {
+                    g4 = G4::Ok;
                 }
                 if t.v.clean != m.v.clean {
-                    g4 = "alert";
+                    g4 = G4::Alert;
                     let text = format!(
                         "G4 alert: {} says {peer} is {} but {peer}'s own {} says {} in the same minute",
                         m.place(),
@@ -584,25 +671,25 @@ pub fn evaluate(
                         t.place(),
                         if t.v.clean { "clean" } else { "in drift" }
                     );
-                    raise.push(("G4", text.clone()));
+                    raise.push((AlertRule::G4, text.clone()));
                     alerts.push(text);
                 }
             }
         }
     }
     // ---- the verdict ----
-    let verdict = if g3 == "conflict" || g4 == "alert" {
-        "untrusted"
+    let verdict = if g3 == G3::Conflict || g4 == G4::Alert {
+        Verdict::Untrusted
     } else if anchor_text.is_none() {
-        if unreadable.is_some() || (candidates_seen && g2 != "expired") {
-            "untrusted"
+        if unreadable.is_some() || (candidates_seen && g2 != G2::Expired) {
+            Verdict::Untrusted
         } else {
-            "fresh_instance"
+            Verdict::FreshInstance
         }
-    } else if g2 == "grace" {
-        "stale"
+    } else if g2 == G2::Grace {
+        Verdict::Stale
     } else {
-        "trusted"
+        Verdict::Trusted
     };
     Report {
         peer: peer.to_string(),
@@ -783,13 +870,13 @@ mod tests {
             .replace("researcher", "deployer");
         kb.raw("libra", &date, &forged);
         let r = eval(&kb, "libra", None);
-        assert_eq!(r.g1, "fail");
+        assert_eq!(r.g1.as_str(), "fail");
         assert_eq!(
             r.anchor.as_deref(),
             Some("researcher"),
             "the valid anchor still stands"
         );
-        assert_eq!(r.verdict, "trusted");
+        assert_eq!(r.verdict.as_str(), "trusted");
         assert_eq!(
             r.alerts.iter().filter(|a| a.starts_with("G1:")).count(),
             4,
@@ -806,7 +893,7 @@ mod tests {
         kb.raw("echo", &date, "{not json");
         let r = eval(&kb, "echo", None);
         assert_eq!(
-            (r.g1, r.anchor.clone(), r.verdict),
+            (r.g1.as_str(), r.anchor.clone(), r.verdict.as_str()),
             ("fail", None, "untrusted")
         );
         // An unknown schema fails the whole file.
@@ -823,7 +910,7 @@ mod tests {
         );
         let ix = index(&s, &[key().verifying_key()]);
         let r = evaluate(&ix, "echo", None, &params(), None);
-        assert_eq!(r.g1, "fail");
+        assert_eq!(r.g1.as_str(), "fail");
         assert!(r.alerts[0].contains("unknown schema"));
     }
 
@@ -841,19 +928,23 @@ mod tests {
             let mut kb = Kb::default();
             kb.anchor("libra", "researcher", NOW - age);
             let r = eval(&kb, "libra", None);
-            assert_eq!((r.g2, r.verdict), (g2, verdict), "age {age}");
+            assert_eq!(
+                (r.g2.as_str(), r.verdict.as_str()),
+                (g2, verdict),
+                "age {age}"
+            );
             assert_eq!(r.anchor.is_some(), g2 != "expired");
         }
         // More than the skew in the future: not used.
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW + 5 * 60_000 + 1_000);
         let r = eval(&kb, "libra", None);
-        assert_eq!((r.anchor.clone(), r.verdict), (None, "untrusted"));
+        assert_eq!((r.anchor.clone(), r.verdict.as_str()), (None, "untrusted"));
         assert!(r.alerts.iter().any(|a| a.contains("in the future")));
         // Within the skew: fine.
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW + 60_000);
-        assert_eq!(eval(&kb, "libra", None).verdict, "trusted");
+        assert_eq!(eval(&kb, "libra", None).verdict.as_str(), "trusted");
     }
 
     #[test]
@@ -1014,7 +1105,12 @@ mod tests {
             let mut kb = Kb::default();
             setup(&mut kb);
             let r = eval(&kb, "libra", None);
-            assert_eq!((r.g3, r.verdict), (g3, verdict), "{what}: {:#?}", r.alerts);
+            assert_eq!(
+                (r.g3.as_str(), r.verdict.as_str()),
+                (g3, verdict),
+                "{what}: {:#?}",
+                r.alerts
+            );
             if g3 == "conflict" {
                 assert!(
                     r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
@@ -1036,7 +1132,7 @@ mod tests {
             NOW - H + 50_000,
         );
         let r = eval(&kb, "libra", Some("echo"));
-        assert_eq!((r.g4, r.verdict), ("alert", "untrusted"));
+        assert_eq!((r.g4.as_str(), r.verdict.as_str()), ("alert", "untrusted"));
         // A minute apart: nothing to compare.
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW - H).observe(
@@ -1046,7 +1142,7 @@ mod tests {
             true,
             NOW - H + 60_000,
         );
-        assert_eq!(eval(&kb, "libra", Some("echo")).g4, "n/a");
+        assert_eq!(eval(&kb, "libra", Some("echo")).g4.as_str(), "n/a");
         // Agreement in the same minute.
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW - H).observe(
@@ -1056,7 +1152,7 @@ mod tests {
             false,
             NOW - H + 1_000,
         );
-        assert_eq!(eval(&kb, "libra", Some("echo")).g4, "ok");
+        assert_eq!(eval(&kb, "libra", Some("echo")).g4.as_str(), "ok");
         // Fleet-wide drift: the reader's own drift event speaks about every peer.
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW - H).line(
@@ -1069,9 +1165,15 @@ mod tests {
         );
         let ix = index(&kb.snapshot(), &[key().verifying_key()]);
         let mut p = params();
-        assert_eq!(evaluate(&ix, "libra", Some("echo"), &p, None).g4, "n/a");
+        assert_eq!(
+            evaluate(&ix, "libra", Some("echo"), &p, None).g4.as_str(),
+            "n/a"
+        );
         p.fleet_wide_drift = true;
-        assert_eq!(evaluate(&ix, "libra", Some("echo"), &p, None).g4, "alert");
+        assert_eq!(
+            evaluate(&ix, "libra", Some("echo"), &p, None).g4.as_str(),
+            "alert"
+        );
     }
 
     #[test]
@@ -1080,7 +1182,13 @@ mod tests {
         let ix = index(&Kb::default().snapshot(), &[key().verifying_key()]);
         let r = evaluate(&ix, "ghost", None, &params(), None);
         assert_eq!(
-            (r.verdict, r.g1, r.g2, r.g3, r.g4),
+            (
+                r.verdict.as_str(),
+                r.g1.as_str(),
+                r.g2.as_str(),
+                r.g3.as_str(),
+                r.g4.as_str()
+            ),
             ("fresh_instance", "pass", "n/a", "n/a", "n/a")
         );
         let mut s = Snapshot::default();
@@ -1099,7 +1207,7 @@ mod tests {
             &params(),
             None,
         );
-        assert_eq!(r.verdict, "fresh_instance");
+        assert_eq!(r.verdict.as_str(), "fresh_instance");
         // Unreadable: the cached anchor is used, never discarded on a failure.
         let mut s = Snapshot::default();
         s.identities
@@ -1114,12 +1222,12 @@ mod tests {
             Some(("researcher", &cached_ts, 4)),
         );
         assert_eq!(
-            (r.anchor.as_deref(), r.g2, r.verdict),
+            (r.anchor.as_deref(), r.g2.as_str(), r.verdict.as_str()),
             (Some("researcher"), "fresh", "trusted")
         );
         assert!(r.alerts.iter().any(|a| a.contains("could not be read")));
         let r = evaluate(&ix, "libra", None, &params(), None);
-        assert_eq!(r.verdict, "untrusted");
+        assert_eq!(r.verdict.as_str(), "untrusted");
     }
 
     #[test]
@@ -1180,7 +1288,7 @@ mod tests {
             for reader in [None, Some("echo")] {
                 for peer in names {
                     let (ra, rb) = (evaluate(&a, peer, reader, &params(), None), evaluate(&b, peer, reader, &params(), None));
-                    prop_assert_eq!((ra.verdict, ra.g1, ra.g2, ra.g3, ra.g4, ra.anchor.clone()), (rb.verdict, rb.g1, rb.g2, rb.g3, rb.g4, rb.anchor.clone()));
+                    prop_assert_eq!((ra.verdict.as_str(), ra.g1.as_str(), ra.g2.as_str(), ra.g3.as_str(), ra.g4.as_str(), ra.anchor.clone()), (rb.verdict.as_str(), rb.g1.as_str(), rb.g2.as_str(), rb.g3.as_str(), rb.g4.as_str(), rb.anchor.clone()));
                 }
             }
         }
@@ -1218,7 +1326,12 @@ mod tests {
             Some("lead"),
         );
         assert_eq!(
-            (r.g1, r.g2, r.verdict, r.anchor.as_deref()),
+            (
+                r.g1.as_str(),
+                r.g2.as_str(),
+                r.verdict.as_str(),
+                r.anchor.as_deref()
+            ),
             ("pass", "fresh", "trusted", Some("code reviewer")),
             "{r:?}"
         );
@@ -1244,14 +1357,22 @@ mod tests {
             "x@c",
             None,
         );
-        assert_eq!((r.g2, r.verdict), ("grace", "stale"), "{r:?}");
+        assert_eq!(
+            (r.g2.as_str(), r.verdict.as_str()),
+            ("grace", "stale"),
+            "{r:?}"
+        );
         let r = eval_with(
             &kb,
             &[remote("c", "x", "code reviewer", NOW - 8 * 24 * H)],
             "x@c",
             None,
         );
-        assert_eq!((r.g2, r.anchor.as_deref()), ("expired", None), "{r:?}");
+        assert_eq!(
+            (r.g2.as_str(), r.anchor.as_deref()),
+            ("expired", None),
+            "{r:?}"
+        );
         // A host's anchor dated in the future is not used.
         let r = eval_with(
             &kb,
@@ -1276,7 +1397,11 @@ mod tests {
         );
         let anchors = [remote("c", "x", "code reviewer", NOW - 10 * 60_000)];
         let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
-        assert_eq!((r.g4, r.verdict), ("alert", "untrusted"), "{r:?}");
+        assert_eq!(
+            (r.g4.as_str(), r.verdict.as_str()),
+            ("alert", "untrusted"),
+            "{r:?}"
+        );
         assert!(
             r.alerts
                 .iter()
@@ -1287,7 +1412,7 @@ mod tests {
         let mut kb = Kb::default();
         kb.observe("lead", "x@c", "code reviewer", true, NOW - 20 * 60_000);
         let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
-        assert_eq!(r.g4, "n/a", "{r:?}");
+        assert_eq!(r.g4.as_str(), "n/a", "{r:?}");
     }
 
     #[test]
@@ -1297,7 +1422,11 @@ mod tests {
         kb.observe("lead", "x@c", "release manager", false, NOW - 2 * H);
         let anchors = [remote("c", "x", "code reviewer", NOW - H)];
         let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
-        assert_eq!((r.g3, r.verdict), ("conflict", "untrusted"), "{r:?}");
+        assert_eq!(
+            (r.g3.as_str(), r.verdict.as_str()),
+            ("conflict", "untrusted"),
+            "{r:?}"
+        );
         assert!(
             r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
             "{r:?}"
@@ -1310,7 +1439,11 @@ mod tests {
             remote("c", "x", "release manager", NOW - H),
         ];
         let r = eval_with(&Kb::default(), &both, "x@c", Some("lead"));
-        assert_eq!((r.g3, r.verdict), ("conflict", "untrusted"), "{r:?}");
+        assert_eq!(
+            (r.g3.as_str(), r.verdict.as_str()),
+            ("conflict", "untrusted"),
+            "{r:?}"
+        );
         assert!(
             !r.alerts.iter().any(|a| a.starts_with("G3 conflict")),
             "{r:?}"
@@ -1323,6 +1456,10 @@ mod tests {
         let mut kb = Kb::default();
         kb.observe("lead", "x@c", "code reviewer", false, NOW - 2 * H);
         let r = eval_with(&kb, &anchors, "x@c", Some("lead"));
-        assert_eq!((r.g3, r.verdict), ("consensus", "trusted"), "{r:?}");
+        assert_eq!(
+            (r.g3.as_str(), r.verdict.as_str()),
+            ("consensus", "trusted"),
+            "{r:?}"
+        );
     }
 }

@@ -158,7 +158,7 @@ pub async fn append(
 
 /// Raise an alert everywhere it belongs: tracing, the event stream, `GET /alerts`, and a
 /// message to the lead.
-pub async fn raise(ctx: &Arc<Ctx>, peer: &str, rule: &str, text: String) {
+pub async fn raise(ctx: &Arc<Ctx>, peer: &str, rule: crate::drift::gates::AlertRule, text: String) {
     tracing::warn!(%peer, %rule, alert = %text, "drift alert");
     // Kept before the event goes out, so whoever reacts to the event finds it in `/alerts`.
     ctx.drift.push_alert(Alert {

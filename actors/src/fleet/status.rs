@@ -151,7 +151,7 @@ impl Fleet {
                 .drift
                 .reports()
                 .into_iter()
-                .filter(|r| r.verdict == "untrusted")
+                .filter(|r| r.verdict == crate::drift::gates::Verdict::Untrusted)
                 .map(|r| r.peer)
                 .collect(),
         })
