@@ -1,0 +1,744 @@
+//! The client subcommands: each a request to the daemon's REST API, its answer printed for
+//! people or as JSON; and `attach`, a terminal on a member's PTY.
+
+use super::*;
+
+/// The largest message the CLI reads from stdin or a file (the daemon's own limit,
+/// `injector.max_message_bytes`, is smaller by default and says so).
+pub(super) const MAX_MESSAGE_INPUT: u64 = 1 << 20;
+
+/// A message's text: the words joined, or stdin for `-`, or a file; bounded by bytes read.
+pub(super) fn message_text(words: &[String], file: Option<&Path>) -> anyhow::Result<String> {
+    use std::io::Read;
+    let (what, reader): (String, Box<dyn Read>) = match (file, words) {
+        (Some(f), _) => (
+            f.display().to_string(),
+            Box::new(
+                std::fs::File::open(f).with_context(|| format!("message file {}", f.display()))?,
+            ),
+        ),
+        (None, [dash]) if dash == "-" => ("stdin".into(), Box::new(std::io::stdin())),
+        (None, words) => return Ok(words.join(" ")),
+    };
+    let mut buf = Vec::new();
+    reader
+        .take(MAX_MESSAGE_INPUT + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading the message from {what}"))?;
+    anyhow::ensure!(
+        buf.len() as u64 <= MAX_MESSAGE_INPUT,
+        "the message from {what} is over {} MiB; send a path to the text instead",
+        MAX_MESSAGE_INPUT >> 20
+    );
+    let text = String::from_utf8(buf)
+        .map_err(|_| anyhow::anyhow!("the message from {what} is not UTF-8 text"))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text).to_string();
+    anyhow::ensure!(!text.trim().is_empty(), "the message from {what} is empty");
+    Ok(text)
+}
+
+/// `stop --drain`: ask the daemon to drain and stop, and meanwhile say on stderr what it waits
+/// for. Past `drain_secs` the request is dropped (the daemon then stops waiting and the member
+/// keeps running) and the command fails with status 3.
+pub(super) async fn drain_then_stop(
+    c: &Client,
+    name: &str,
+    drain_secs: Option<u64>,
+) -> anyhow::Result<Value> {
+    let started = std::time::Instant::now();
+    let path = format!("/members/{name}?drain=true");
+    let stop = c.delete::<Value>(&path);
+    tokio::pin!(stop);
+    let bound = drain_secs.map(Duration::from_secs);
+    let mut last = String::new();
+    loop {
+        let tick = tokio::time::sleep(Duration::from_secs(1));
+        tokio::select! {
+            r = &mut stop => return r.map_err(api),
+            _ = tick => {}
+        }
+        let waited = started.elapsed();
+        if let Some(b) = bound
+            && waited >= b
+        {
+            return Err(Failed::new(
+                3,
+                format!(
+                    "{name} did not drain within {} s ({last}); it keeps running: `fleetd stop {name}` stops it now",
+                    b.as_secs()
+                ),
+            )
+            .into());
+        }
+        // Progress, when it changes: what the drain still waits for.
+        if let Ok(m) = c.get::<Value>(&format!("/members/{name}")).await {
+            let queued = m["queue"]["queued"].as_array().map_or(0, |a| a.len());
+            let in_flight = !m["queue"]["in_flight"].is_null();
+            let now = format!(
+                "{queued} queued{}, status {}",
+                if in_flight {
+                    ", one being delivered"
+                } else {
+                    ""
+                },
+                s(&m["status"])
+            );
+            if now != last {
+                eprintln!(
+                    "{}",
+                    fleetd_actors::sanitize::for_display(&format!(
+                        "draining {name}: {now} ({} s); waits for an empty queue and an idle member",
+                        waited.as_secs()
+                    ))
+                );
+                last = now;
+            }
+        }
+    }
+}
+
+/// A hook's payload on stdin: bounded (1 MiB), and an error rather than a wait if it never
+/// ends (stdin is a terminal).
+pub(super) async fn read_hook_stdin() -> anyhow::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let limit = 1 << 20;
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::io::stdin().take(limit + 1).read_to_end(&mut buf),
+    )
+    .await
+    .context("no hook payload on stdin within 2 s (pass it as an argument, or pipe it)")??;
+    anyhow::ensure!(
+        buf.len() as u64 <= limit,
+        "the hook payload is over {limit} bytes"
+    );
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+pub(super) async fn attach(c: &Client, name: &str) -> anyhow::Result<()> {
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stdin = std::io::stdin();
+    anyhow::ensure!(
+        nix::unistd::isatty(&stdin).unwrap_or(false),
+        "attach needs a terminal on stdin"
+    );
+    let (rows, cols) = term_size().unwrap_or((40, 120));
+    let (rows, cols) = fleetd_actors::term::clamp_size(rows, cols);
+    let conn = c.attach(name, rows, cols).await.map_err(api)?;
+    let saved = tcgetattr(&stdin)?;
+    let mut raw = saved.clone();
+    cfmakeraw(&mut raw);
+    tcsetattr(&stdin, SetArg::TCSANOW, &raw)?;
+    eprint!("[attached to {name}; Ctrl-] detaches]\r\n");
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let (key_tx, mut key_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        let mut stdin = std::io::stdin().lock();
+        while let Ok(n) = stdin.read(&mut buf) {
+            if n == 0 || key_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut stdout = tokio::io::stdout();
+    let why = loop {
+        tokio::select! {
+            n = rd.read(&mut buf) => match n {
+                Ok(0) | Err(_) => break "the member's terminal closed",
+                Ok(n) => { let _ = stdout.write_all(&buf[..n]).await; let _ = stdout.flush().await; }
+            },
+            k = key_rx.recv() => match k {
+                Some(k) => {
+                    if let Some(i) = k.iter().position(|&b| b == 0x1d) {
+                        let _ = wr.write_all(&k[..i]).await;
+                        break "detached";
+                    }
+                    if wr.write_all(&k).await.is_err() { break "the daemon closed the connection" }
+                }
+                None => break "end of input",
+            },
+        }
+    };
+    tcsetattr(&stdin, SetArg::TCSANOW, &saved)?;
+    eprintln!("\r\n[{why}; {name} keeps running]");
+    Ok(())
+}
+
+pub(super) fn term_size() -> Option<(u16, u16)> {
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+}
+
+/// Run a client subcommand.
+pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let sd = cli.state_dir.clone();
+    match cli.cmd {
+        Cmd::Spawn {
+            role,
+            name,
+            slot,
+            profile,
+            resume,
+            worktree,
+            json,
+            command,
+        } => {
+            let cwd = std::env::current_dir()
+                .ok()
+                .map(|p| p.display().to_string());
+            let body = match resume {
+                Some(r) => json!({"resume": r, "worktree": worktree}),
+                None => json!({"role": role, "name": name, "slot": slot, "profile": profile,
+                    "command": if command.is_empty() { Value::Null } else { json!(command) },
+                    "cwd": cwd, "worktree": worktree}),
+            };
+            let v: Value = client(&sd)?.post("/members", &body).await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                say!(
+                    "spawned {} ({}, profile {}) pid {} charter sha256 {}",
+                    s(&v["name"]),
+                    s(&v["role"]),
+                    s(&v["profile"]),
+                    s(&v["pid"]),
+                    s(&v["charter_sha256"])
+                );
+                for n in v["notes"].as_array().cloned().unwrap_or_default() {
+                    say!("  {}", s(&n));
+                }
+            }
+        }
+        Cmd::List { json } => {
+            let v: Value = client(&sd)?.get("/members").await.map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                print_members(&v)
+            }
+        }
+        Cmd::Status { name, json } => {
+            let c = client(&sd)?;
+            match name {
+                Some(n) => {
+                    let v: Value = c.get(&format!("/members/{n}")).await.map_err(api)?;
+                    if json {
+                        print_json(&v);
+                    } else {
+                        say!(
+                            "{} ({}{})",
+                            s(&v["name"]),
+                            s(&v["role"]),
+                            v["slot"]
+                                .as_str()
+                                .map(|x| format!(", slot {x}"))
+                                .unwrap_or_default()
+                        );
+                        say!(
+                            "  status     {} for {}{}",
+                            s(&v["status"]),
+                            ago(v["status_since"].as_u64()),
+                            if v["slot_view"]["pinned_by_signal"] == true {
+                                " (by signal)"
+                            } else {
+                                ""
+                            }
+                        );
+                        say!("  parent     {}", s(&v["parent"]));
+                        say!("  pid        {}", s(&v["pid"]));
+                        say!("  profile    {}", s(&v["profile"]));
+                        say!("  charter    sha256 {}", s(&v["charter_sha256"]));
+                        say!(
+                            "  queue      {} waiting{}",
+                            v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
+                            if v["queue"]["stalled"] == true {
+                                ", held behind a stalled message"
+                            } else {
+                                ""
+                            }
+                        );
+                        say!(
+                            "  owes       {}",
+                            v["owes"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+                                .unwrap_or_default()
+                        );
+                        if let Some(r) = v["exit"]["reason"].as_str() {
+                            say!("  exit       {r}");
+                        }
+                    }
+                }
+                None => {
+                    let v: Value = c.get("/status").await.map_err(api)?;
+                    if json {
+                        print_json(&v);
+                    } else {
+                        say!(
+                            "fleetd {} on {} (pid {}), up {}",
+                            s(&v["version"]),
+                            s(&v["host"]),
+                            s(&v["pid"]),
+                            ago(v["started_at"].as_u64())
+                        );
+                        say!("  state dir  {}", s(&v["state_dir"]));
+                        say!(
+                            "  members    {}",
+                            v["members"]
+                                .as_object()
+                                .map(|m| m
+                                    .iter()
+                                    .map(|(k, n)| format!("{n} {k}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", "))
+                                .unwrap_or_default()
+                        );
+                        say!("  tickets    {} open", s(&v["open_tickets"]));
+                        let restarts: u64 = v["children"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
+                            .unwrap_or(0);
+                        say!(
+                            "  actors     {} supervised, {restarts} restarts",
+                            v["children"].as_array().map_or(0, |a| a.len())
+                        );
+                        say!("  public key {}", s(&v["public_key"]));
+                        say!(
+                            "  ledger     {} entries{}; verifier key {}",
+                            s(&v["ledger"]["entries"]),
+                            v["ledger"]["broken"]
+                                .as_str()
+                                .map(|b| format!(" (BROKEN: {b})"))
+                                .unwrap_or_default(),
+                            s(&v["ledger_vkey"])
+                        );
+                        say!("  witness    cosigner key {}", s(&v["witness_vkey"]));
+                        let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
+                        say!(
+                            "  decisions  {} open{}",
+                            open.len(),
+                            open.iter()
+                                .map(|d| format!(
+                                    "; {} missing {}",
+                                    s(&d["id"]),
+                                    d["missing"]
+                                        .as_array()
+                                        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                        .unwrap_or_default()
+                                ))
+                                .collect::<String>()
+                        );
+                        if let Some(e) = v["escalation"].as_str() {
+                            say!("  ESCALATED  {e}");
+                        }
+                    }
+                }
+            }
+        }
+        Cmd::Send {
+            name,
+            message,
+            file,
+            wait,
+            wait_secs,
+            json,
+        } => {
+            let text = message_text(&message, file.as_deref())?;
+            let wait = wait || wait_secs.is_some();
+            let body = json!({"message": text, "wait": wait, "wait_secs": wait_secs});
+            let v: Value = client(&sd)?
+                .post(&format!("/members/{name}/messages"), &body)
+                .await
+                .map_err(api)?;
+            let t = &v["ticket"];
+            if json {
+                print_json(&v);
+            } else {
+                say!(
+                    "{} to {}: {} (receipt {})",
+                    s(&t["id"]),
+                    s(&t["to"]),
+                    s(&t["state"]),
+                    s(&t["receipt"]["state"])
+                );
+                if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
+                    say!("{r}");
+                }
+            }
+            if wait {
+                match t["state"].as_str() {
+                    Some("replied" | "tail") => {}
+                    Some("open") => {
+                        return Err(Failed::new(
+                            3,
+                            format!(
+                                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
+                                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!("within {w} s")),
+                                s(&t["id"]),
+                                s(&t["receipt"]["state"]),
+                                s(&t["id"])
+                            ),
+                        )
+                        .into());
+                    }
+                    other => {
+                        return Err(Failed::new(
+                            1,
+                            format!(
+                                "ticket {} ended {} without a reply{}",
+                                s(&t["id"]),
+                                other.unwrap_or("?"),
+                                t["receipt"]["note"]
+                                    .as_str()
+                                    .map(|n| format!(": {n}"))
+                                    .unwrap_or_default()
+                            ),
+                        )
+                        .into());
+                    }
+                }
+            }
+        }
+        Cmd::Reply {
+            ticket,
+            message,
+            file,
+            json,
+        } => {
+            let text = message_text(&message, file.as_deref())?;
+            let v: Value = client(&sd)?
+                .post(
+                    &format!("/tickets/{ticket}/reply"),
+                    &json!({"message": text}),
+                )
+                .await
+                .map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                say!("replied to {}", s(&v["id"]))
+            }
+        }
+        Cmd::Stop {
+            name,
+            drain,
+            drain_secs,
+            json,
+        } => {
+            let c = client(&sd)?;
+            let v: Value = if drain {
+                drain_then_stop(&c, &name, drain_secs).await?
+            } else {
+                c.delete(&format!("/members/{name}")).await.map_err(api)?
+            };
+            if json {
+                print_json(&v)
+            } else {
+                say!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
+            }
+        }
+        Cmd::Attach { name } => attach(&client(&sd)?, &name).await?,
+        Cmd::Screen { name } => {
+            let t = client(&sd)?
+                .get_text(&format!("/members/{name}/screen"))
+                .await
+                .map_err(api)?;
+            say!("{t}");
+        }
+        Cmd::Tickets { id, json } => {
+            let c = client(&sd)?;
+            match id {
+                Some(id) => {
+                    let v: Value = c.get(&format!("/tickets/{id}")).await.map_err(api)?;
+                    if json {
+                        print_json(&v)
+                    } else {
+                        print_ticket(&v)
+                    }
+                }
+                None => {
+                    let v: Value = c.get("/tickets").await.map_err(api)?;
+                    if json {
+                        print_json(&v)
+                    } else {
+                        print_tickets(&v)
+                    }
+                }
+            }
+        }
+        Cmd::Poll { json } => {
+            let v: Value = client(&sd)?.get("/poll").await.map_err(api)?;
+            if json {
+                print_json(&v)
+            } else {
+                print_tickets(&v)
+            }
+        }
+        Cmd::Ack { ticket } => {
+            let _: Value = client(&sd)?
+                .post(&format!("/tickets/{ticket}/ack"), &json!({}))
+                .await
+                .map_err(api)?;
+            say!("acknowledged {ticket}");
+        }
+        Cmd::Events { since, count, json } => {
+            let mut st = client(&sd)?.events(since).await.map_err(api)?;
+            let mut n = 0;
+            let mut out = std::io::stdout();
+            while let Some(e) = st.next().await {
+                let e = e.map_err(api)?;
+                if json {
+                    let text = serde_json::to_string(&e).unwrap_or_default();
+                    let _ = writeln!(out, "{}", fleetd_actors::sanitize::json_for_terminal(&text));
+                } else {
+                    let text = describe_event(&e);
+                    let _ = writeln!(out, "{}", fleetd_actors::sanitize::for_display(&text));
+                }
+                let _ = out.flush();
+                n += 1;
+                if count.is_some_and(|c| n >= c) {
+                    break;
+                }
+            }
+        }
+        Cmd::Signal {
+            arg, hook: false, ..
+        } => {
+            let Some(state) = arg else {
+                anyhow::bail!(
+                    "fleetd signal needs a state: {}",
+                    fleetd_actors::hooks::STATES
+                );
+            };
+            let _: Value = client(&sd)?
+                .post("/signal", &json!({"status": state}))
+                .await
+                .map_err(api)?;
+        }
+        Cmd::Signal {
+            arg,
+            hook: true,
+            context,
+        } => {
+            // An agent waits for its hook: bounded, and never a failure it would act on. Its
+            // stdout goes to the model (Claude Code) or is parsed (Gemini CLI): nothing is
+            // printed there but the context asked for.
+            let sent = tokio::time::timeout(Duration::from_secs(5), async {
+                let payload = match arg {
+                    Some(a) => a,
+                    None => read_hook_stdin().await?,
+                };
+                let v: Value =
+                    serde_json::from_str(&payload).context("the hook payload is not JSON")?;
+                // A resumed session has its charter already (in its history).
+                let starts = v["hook_event_name"] == "SessionStart" && v["source"] != "resume";
+                let _: Value = client(&sd)?
+                    .post("/signal", &json!({"hook": v}))
+                    .await
+                    .map_err(api)?;
+                if let (Some(file), true) = (context, starts) {
+                    let text = std::fs::read(&file)
+                        .with_context(|| format!("the context file {}", file.display()))?;
+                    anyhow::ensure!(text.len() <= 1 << 20, "{} is over 1 MiB", file.display());
+                    let out = json!({"hookSpecificOutput": {
+                        "hookEventName": "SessionStart",
+                        "additionalContext": String::from_utf8_lossy(&text),
+                    }});
+                    println!("{out}");
+                }
+                anyhow::Ok(())
+            })
+            .await;
+            match sent {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!(
+                    "fleetd signal --hook: {}",
+                    fleetd_actors::sanitize::for_display(&crate::entry::report(&e))
+                ),
+                Err(_) => eprintln!("fleetd signal --hook: the daemon did not answer within 5 s"),
+            }
+        }
+        Cmd::Agents { json } => {
+            // The daemon's view (its config, its PATH), or, with no daemon, this shell's with
+            // the built-in profiles.
+            let remote = match client(&sd) {
+                Ok(c) => c.get::<Value>("/agents").await.ok(),
+                Err(_) => None,
+            };
+            let v = match remote {
+                Some(v) => v,
+                None => {
+                    eprintln!(
+                        "(no daemon answered: the built-in profiles, checked on this shell's PATH)"
+                    );
+                    serde_json::to_value(
+                        crate::doctor::check(&fleetd_actors::config::Config::default()).await,
+                    )?
+                }
+            };
+            if json {
+                print_json(&v);
+            } else {
+                print_agents(&v);
+            }
+        }
+        Cmd::Fault { target } => {
+            let _: Value = client(&sd)?
+                .post("/debug/fault", &json!({"target": target}))
+                .await
+                .map_err(api)?;
+            say!("fault injected into {target}");
+        }
+        Cmd::Decision {
+            cmd: DecisionCmd::List { json },
+        } => {
+            let v: Value = client(&sd)?.get("/decisions").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                let rows = v
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            s(&d["id"]),
+                            s(&d["state"]),
+                            ago(Some(
+                                fleetd_actors::clock::Clock::now(
+                                    &fleetd_actors::clock::SystemClock,
+                                )
+                                .saturating_sub(d["age_ms"].as_u64().unwrap_or(0)),
+                            )),
+                            d["slots"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                .unwrap_or_default(),
+                            d["missing"]
+                                .as_array()
+                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                                .unwrap_or_default(),
+                            s(&d["deadline"]),
+                            fleetd_actors::types::truncate(d["subject"].as_str().unwrap_or(""), 50),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &[
+                        "DECISION", "STATE", "AGE", "SLOTS", "MISSING", "DEADLINE", "SUBJECT",
+                    ],
+                    rows,
+                );
+            }
+        }
+        Cmd::Decision {
+            cmd: DecisionCmd::Show { id, json },
+        } => {
+            let v: Value = client(&sd)?
+                .get(&format!("/decisions/{id}"))
+                .await
+                .map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                print_decision(&v);
+            }
+        }
+        Cmd::Peers { json } => {
+            let v: Value = client(&sd)?.get("/peers").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                say!(
+                    "this host: {} (key {}), links {}",
+                    s(&v["host"]),
+                    s(&v["public_key"]),
+                    v["listen"]
+                        .as_str()
+                        .map_or("off (link.listen is not set)".to_string(), |l| format!(
+                            "on {l}"
+                        ))
+                );
+                let rows = v["links"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|l| {
+                        vec![
+                            s(&l["peer"]),
+                            s(&l["addr"]),
+                            s(&l["phase"]),
+                            ago(l["since"].as_u64()),
+                            l["rtt_us"]
+                                .as_u64()
+                                .map_or("-".into(), |r| format!("{:.2} ms", r as f64 / 1000.0)),
+                            match l["dialled"].as_bool() {
+                                Some(true) => "dialled".into(),
+                                Some(false) => "accepted".into(),
+                                None => "-".into(),
+                            },
+                            l["reason"].as_str().unwrap_or("").to_string(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &["PEER", "ADDR", "STATE", "SINCE", "RTT", "BY", "WHY DOWN"],
+                    rows,
+                );
+            }
+        }
+        Cmd::Drift {
+            cmd: DriftCmd::Peers { json },
+        } => {
+            let v: Value = client(&sd)?.get("/drift").await.map_err(api)?;
+            if json {
+                print_json(&v);
+            } else {
+                say!(
+                    "reader {} (the live primary), heartbeat {} s, last pass {}",
+                    s(&v["reader"]),
+                    s(&v["heartbeat_secs"]),
+                    s(&v["last_pass"])
+                );
+                print_drift_reports(v["peers"].as_array().cloned().unwrap_or_default());
+                for a in v["alerts"].as_array().cloned().unwrap_or_default() {
+                    say!(
+                        "ALERT {} {}: {}",
+                        s(&a["rule"]),
+                        s(&a["peer"]),
+                        s(&a["text"])
+                    );
+                }
+            }
+        }
+        Cmd::Dashboard { port } => crate::dashboard::run(state_dir(&sd)?, port).await?,
+        Cmd::Reload => {
+            let v: Value = client(&sd)?
+                .post("/config/reload", &json!({}))
+                .await
+                .map_err(api)?;
+            say!("{}", s(&v["detail"]));
+        }
+        Cmd::Serve { .. }
+        | Cmd::Config { .. }
+        | Cmd::Mcp { .. }
+        | Cmd::SimAgent(_)
+        | Cmd::Demo { .. }
+        | Cmd::Bench(_)
+        | Cmd::EchoServer
+        | Cmd::Ledger { .. }
+        | Cmd::Keygen { .. }
+        | Cmd::Drift {
+            cmd: DriftCmd::Append { .. } | DriftCmd::Check { .. },
+        }
+        | Cmd::PtyHost(_) => unreachable!("handled in main"),
+    }
+    Ok(())
+}
