@@ -11,7 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::ctx::SharedCtx;
 use crate::drift::gates::{self, Index};
-use crate::drift::line::{Kind, NewLine};
+use crate::drift::line::NewLine;
 use crate::drift::service::{CachedAnchor, append, params, raise, read_index};
 use crate::error::FleetError;
 use crate::supervisor::actor::ChildSpec;
@@ -341,16 +341,7 @@ impl Actor for DriftPuller {
                 && let Some(r) = &reader
             {
                 // Into the reader's own log, as the seed's mechanism says.
-                let mut extra = serde_json::Map::new();
-                extra.insert("peer".into(), serde_json::Value::String(st.peer.clone()));
-                extra.insert("detail".into(), serde_json::Value::String(a.clone()));
-                let line = NewLine {
-                    ts_ms: p.now,
-                    kind: Some(Kind::PeerConsistencyAlert),
-                    subject: Some(st.peer.clone()),
-                    extra,
-                    ..Default::default()
-                };
+                let line = NewLine::peer_consistency_alert(p.now, &st.peer, a);
                 if let Err(e) = append(&st.ctx, r, line).await {
                     tracing::warn!(error = %e, "could not log a peer_consistency_alert");
                 }

@@ -135,6 +135,22 @@ pub struct NewLine {
 }
 
 impl NewLine {
+    /// What a reader logs when G4 finds its own statement about `peer` contradicting the peer's
+    /// own in the same minute (the seed's mechanism): a `peer_consistency_alert` about `peer`,
+    /// with the alert's text as `detail`. The tick is set when it is appended.
+    pub fn peer_consistency_alert(ts_ms: Millis, peer: &str, detail: &str) -> NewLine {
+        let mut extra = Map::new();
+        extra.insert("peer".into(), Value::String(peer.to_string()));
+        extra.insert("detail".into(), Value::String(detail.to_string()));
+        NewLine {
+            ts_ms,
+            kind: Some(Kind::PeerConsistencyAlert),
+            subject: Some(peer.to_string()),
+            extra,
+            ..Default::default()
+        }
+    }
+
     /// An anchor: a clean fencepost of the log's own identity, stating `role`.
     pub fn anchor(ts_ms: Millis, tick: u64, role: &str) -> NewLine {
         NewLine {
@@ -388,6 +404,20 @@ mod tests {
             r#"{"baseline_pos":"researcher","drift_delta":null,"sig":"SIG","signer":"6kpsY+KcUgq+9VB7Ey7F+ZVHdq6+vnuSQh7qaRRG0iw=","tick":3,"ts":"2026-12-02T11:20:00.000Z","type":"fencepost"}"#
                 .replace("SIG", "T9hDCR5Hm5e+piE4WJbEqt1Jd6BTYU6G+fUrRflOl1VzFhfGDfKvm4UC1zjEnUtWfTtUyCLyZScsbZd4ZC+MBQ==")
         );
+    }
+
+    /// A G4 alert in the reader's log: a signed, checkable line naming the peer as its subject
+    /// and carrying the alert's text.
+    #[test]
+    fn a_peer_consistency_alert_line_names_the_peer_and_the_detail() {
+        let mut n = NewLine::peer_consistency_alert(1_796_210_400_000, "libra", "G4 alert: x");
+        n.tick = 4;
+        let l = sign(&n, &key());
+        let v: Value = serde_json::from_str(&l).unwrap();
+        assert_eq!(v["type"], "peer_consistency_alert");
+        assert_eq!(v["peer"], "libra");
+        assert_eq!(v["detail"], "G4 alert: x");
+        assert!(check(&l, &[key().verifying_key()]).is_ok(), "{l}");
     }
 
     #[test]

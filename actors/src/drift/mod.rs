@@ -3,6 +3,7 @@
 //! scheduler and the supervised puller per peer).
 
 pub mod actor;
+pub mod alerts;
 pub mod gates;
 pub mod kb;
 pub mod line;

@@ -5,7 +5,7 @@
 //!
 //! Owns the daemon's drift state and its I/O order. Must never decide a gate (see `gates`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -33,24 +33,15 @@ pub struct CachedAnchor {
     pub pulled_at: Millis,
 }
 
-/// An alert raised by the drift protocol.
-#[derive(Clone, Debug, Serialize)]
-pub struct Alert {
-    pub at: Millis,
-    pub peer: String,
-    /// `G3` (a cascade conflict) or `G4` (self-consistency).
-    pub rule: String,
-    pub text: String,
-}
-
-/// Bound on kept alerts.
-const MAX_ALERTS: usize = 1000;
+pub use crate::drift::alerts::Alert;
+use crate::drift::alerts::AlertLog;
 
 /// The daemon's live drift state.
 #[derive(Default)]
 pub struct DriftState {
     reports: RwLock<BTreeMap<String, Report>>,
-    alerts: Mutex<VecDeque<Alert>>,
+    /// The kept alerts and those already raised in this run (bounded; `drift::alerts`).
+    alerts: Mutex<AlertLog>,
     /// Serializes appends to the KB.
     pub write: tokio::sync::Mutex<()>,
     /// The index of the last pass, shared by every puller of that pass.
@@ -59,8 +50,6 @@ pub struct DriftState {
     pub reader: RwLock<Option<String>>,
     /// Each peer's puller, as it registered itself when it (re)started.
     pullers: RwLock<BTreeMap<String, ractor::ActorRef<crate::drift::actor::PullerMsg>>>,
-    /// Alerts already raised, by (peer, text): raised once per daemon run, whatever restarts.
-    raised: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -83,11 +72,12 @@ impl DriftState {
             .collect()
     }
     pub fn alerts(&self) -> Vec<Alert> {
-        lock(&self.alerts).iter().cloned().collect()
+        lock(&self.alerts).alerts()
     }
-    /// Record that `(peer, text)` is being raised; false if it already was.
+    /// Record that `(peer, text)` is being raised; false if it already was (in this daemon
+    /// run, whatever actor restarts).
     pub fn first_raise(&self, peer: &str, text: &str) -> bool {
-        lock(&self.raised).insert((peer.to_string(), text.to_string()))
+        lock(&self.alerts).first_raise(peer, text)
     }
     pub fn set_puller(&self, peer: &str, a: ractor::ActorRef<crate::drift::actor::PullerMsg>) {
         self.pullers
@@ -103,11 +93,7 @@ impl DriftState {
             .cloned()
     }
     fn push_alert(&self, a: Alert) {
-        let mut g = lock(&self.alerts);
-        if g.len() == MAX_ALERTS {
-            g.pop_front();
-        }
-        g.push_back(a);
+        lock(&self.alerts).push(a);
     }
 }
 

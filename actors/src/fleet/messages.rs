@@ -5,27 +5,11 @@ use super::*;
 
 impl Fleet {
     pub(super) fn check_size(&self, what: &str, text: &str) -> Result<(), FleetError> {
-        let max = self.ctx.config().injector.max_message_bytes;
-        if text.len() > max {
-            return Err(FleetError::invalid(
-                what,
-                format!(
-                    "the message is {} bytes; the limit is injector.max_message_bytes = {max}",
-                    text.len()
-                ),
-                format!(
-                    "a message of at most {max} bytes (put long content in a file and send its path)"
-                ),
-            ));
-        }
-        if text.trim().is_empty() {
-            return Err(FleetError::invalid(
-                what,
-                "the message is empty",
-                "a non-empty message",
-            ));
-        }
-        Ok(())
+        crate::tickets::state::check_message(
+            what,
+            text,
+            self.ctx.config().injector.max_message_bytes,
+        )
     }
 
     /// Open a ticket and queue its message, committing both in one transaction (the injector's,
@@ -156,13 +140,7 @@ impl Fleet {
         let to = member_name(to)?;
         let what = format!("fleet_send to `{to}`");
         self.check_size(&what, &message)?;
-        if from.member() == Some(&to) {
-            return Err(FleetError::invalid(
-                what,
-                "a member cannot send to itself",
-                "a message to another member",
-            ));
-        }
+        crate::tickets::state::check_not_self(&what, &from, &to)?;
         self.live_member(&to, &what).await?;
         let ticket = self
             .ticketed(TicketKind::Send, from, &to, message, None, Via::Injector)

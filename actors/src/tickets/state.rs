@@ -182,6 +182,43 @@ pub struct Desk {
     retention: usize,
 }
 
+/// A message's text, as every send, reply and ask takes it: not empty, and at most `max`
+/// bytes (`injector.max_message_bytes`), refused whole rather than cut.
+pub fn check_message(what: &str, text: &str, max: usize) -> Result<(), FleetError> {
+    if text.len() > max {
+        return Err(FleetError::invalid(
+            what,
+            format!(
+                "the message is {} bytes; the limit is injector.max_message_bytes = {max}",
+                text.len()
+            ),
+            format!(
+                "a message of at most {max} bytes (put long content in a file and send its path)"
+            ),
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(FleetError::invalid(
+            what,
+            "the message is empty",
+            "a non-empty message",
+        ));
+    }
+    Ok(())
+}
+
+/// A member never sends to itself (its own message would wait for its own turn to end).
+pub fn check_not_self(what: &str, from: &Party, to: &MemberName) -> Result<(), FleetError> {
+    if from.member() == Some(to) {
+        return Err(FleetError::invalid(
+            what,
+            "a member cannot send to itself",
+            "a message to another member",
+        ));
+    }
+    Ok(())
+}
+
 /// The first line of a message, at most 80 characters.
 pub fn subject_of(body: &str) -> String {
     crate::types::truncate(
@@ -644,6 +681,25 @@ impl Desk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_not_empty_nor_over_the_limit_and_not_to_oneself() {
+        assert!(check_message("send", "hello", 5).is_ok());
+        let e = check_message("send", "hello!", 5).unwrap_err();
+        assert!(e.why.contains("6 bytes") && e.why.contains("= 5"), "{e}");
+        assert!(
+            check_message("send", " \n\t", 5)
+                .unwrap_err()
+                .why
+                .contains("empty")
+        );
+        let w1 = MemberName::new("w1").unwrap();
+        let w2 = MemberName::new("w2").unwrap();
+        assert!(check_not_self("send", &Party::Member(w2.clone()), &w1).is_ok());
+        assert!(check_not_self("send", &Party::Operator, &w1).is_ok());
+        let e = check_not_self("send", &Party::Member(w1.clone()), &w1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Invalid);
+    }
     use crate::types::{MemberIdentity, Role};
     use proptest::prelude::*;
 
