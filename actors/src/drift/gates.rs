@@ -730,6 +730,44 @@ pub fn bootstrap(ix: &Index, identity: &str, p: &Params) -> Option<(String, Stri
         .map(|a| (a.v.baseline.clone().unwrap_or_default(), a.owner.clone()))
 }
 
+/// The `first_contact` line that bootstraps `identity`, which has no log of its own: its initial
+/// anchor is the latest observation of it by a peer ([`bootstrap`], source `peer_consensus`,
+/// naming the observer), else the operator's default for it, else the operator's default for
+/// every identity, else its `role` (source `operator_default`). Dated `p.now`; the tick is set
+/// when it is appended.
+pub fn first_contact(
+    ix: &Index,
+    identity: &str,
+    role: &str,
+    drift: &crate::config::DriftConfig,
+    p: &Params,
+) -> line::NewLine {
+    let (baseline, source, by) = match bootstrap(ix, identity, p) {
+        Some((b, by)) => (b, "peer_consensus", Some(by)),
+        None => {
+            let d = drift
+                .identities
+                .get(identity)
+                .and_then(|i| i.default_baseline.clone())
+                .or_else(|| drift.default_baseline.clone())
+                .unwrap_or_else(|| role.to_string());
+            (d, "operator_default", None)
+        }
+    };
+    let mut extra = serde_json::Map::new();
+    extra.insert("source".into(), serde_json::Value::String(source.into()));
+    if let Some(by) = by {
+        extra.insert("observed_by".into(), serde_json::Value::String(by));
+    }
+    line::NewLine {
+        ts_ms: p.now,
+        kind: Some(Kind::FirstContact),
+        baseline: Some(baseline),
+        extra,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -820,6 +858,39 @@ mod tests {
             }
             s
         }
+    }
+
+    /// Without a peer's observation, the operator's default for the identity, then for every
+    /// identity, then the role; with one, the observer's statement.
+    #[test]
+    fn first_contact_falls_back_from_peers_to_the_operator_to_the_role() {
+        let mut drift = crate::config::DriftConfig::default();
+        let empty = Index::default();
+        let source = |n: &NewLine| n.extra["source"].as_str().map(String::from);
+        let n = first_contact(&empty, "libra", "worker", &drift, &params());
+        assert_eq!(n.baseline.as_deref(), Some("worker"));
+        assert_eq!(source(&n).as_deref(), Some("operator_default"));
+        assert_eq!((n.kind, n.ts_ms), (Some(Kind::FirstContact), NOW));
+        drift.default_baseline = Some("generalist".into());
+        let n = first_contact(&empty, "libra", "worker", &drift, &params());
+        assert_eq!(n.baseline.as_deref(), Some("generalist"));
+        drift.identities.insert(
+            "libra".into(),
+            crate::config::DriftIdentity {
+                default_baseline: Some("researcher".into()),
+                ..Default::default()
+            },
+        );
+        let n = first_contact(&empty, "libra", "worker", &drift, &params());
+        assert_eq!(n.baseline.as_deref(), Some("researcher"));
+        // A peer's recent clean observation wins, and names its observer.
+        let mut kb = Kb::default();
+        kb.observe("echo", "libra", "code reviewer", false, NOW - H);
+        let ix = index(&kb.snapshot(), &[key().verifying_key()]);
+        let n = first_contact(&ix, "libra", "worker", &drift, &params());
+        assert_eq!(n.baseline.as_deref(), Some("code reviewer"));
+        assert_eq!(source(&n).as_deref(), Some("peer_consensus"));
+        assert_eq!(n.extra["observed_by"], "echo");
     }
 
     fn params() -> Params {

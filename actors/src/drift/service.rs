@@ -259,35 +259,19 @@ impl Fleet {
             .await
             .map_err(|e| FleetError::internal("drift bootstrap", e.to_string()))?
             .map_err(|e| FleetError::internal("drift bootstrap", e.to_string()))?;
-        let p = params(&self.ctx);
-        let c = self.ctx.config();
-        let (baseline, source, by) = match gates::bootstrap(&ix, identity, &p) {
-            Some((b, by)) => (b, "peer_consensus", Some(by)),
-            None => {
-                let d = c
-                    .drift
-                    .identities
-                    .get(identity)
-                    .and_then(|i| i.default_baseline.clone())
-                    .or_else(|| c.drift.default_baseline.clone())
-                    .unwrap_or_else(|| role.to_string());
-                (d, "operator_default", None)
-            }
-        };
-        let mut extra = serde_json::Map::new();
-        extra.insert("source".into(), Value::String(source.into()));
-        if let Some(by) = by {
-            extra.insert("observed_by".into(), Value::String(by));
-        }
-        let line = NewLine {
-            ts_ms: self.ctx.now(),
-            kind: Some(Kind::FirstContact),
-            baseline: Some(baseline),
-            extra,
-            ..Default::default()
-        };
+        let line = gates::first_contact(
+            &ix,
+            identity,
+            &role.to_string(),
+            &self.ctx.config().drift,
+            &params(&self.ctx),
+        );
+        let source = line.extra["source"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let signed = append(&self.ctx, identity, line).await?;
-        tracing::info!(identity, source, "drift bootstrap: first_contact");
+        tracing::info!(identity, %source, "drift bootstrap: first_contact");
         Ok(serde_json::from_str(&signed).ok())
     }
 
