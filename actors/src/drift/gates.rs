@@ -465,103 +465,108 @@ fn reports<'a>(ix: &'a Index, peer: &str, p: &Params) -> Vec<&'a At> {
     out
 }
 
-/// Evaluate one peer as `reader` would at `p.now`. `cached` is the last good anchor from an
-/// earlier pull (text, ts, tick), used when the peer's directory cannot be read.
-pub fn evaluate(
-    ix: &Index,
-    peer: &str,
-    reader: Option<&str>,
-    p: &Params,
-    cached: Option<(&str, &str, u64)>,
-) -> Report {
-    let mut alerts = vec![];
-    let mut raise = vec![];
-    let own = ix.owners.get(peer);
-    // ---- the anchor: the last clean fencepost/reanchor about itself in the latest-date log ----
-    let mut g1 = G1::Pass;
-    let mut candidates_seen = false;
-    let mut anchor: Option<&At> = None;
-    let mut unreadable = None;
-    if let Some(oi) = own {
-        if let Some(why) = &oi.unreadable {
-            unreadable = Some(why.clone());
-        } else if let Some(latest) = oi.latest_date() {
-            if let Some(bad) = oi.bad.get(latest)
-                && !bad.is_empty()
-            {
-                g1 = G1::Fail;
-                alerts.extend(bad.iter().cloned());
-            }
-            for a in oi.files.get(latest).into_iter().flatten() {
-                let anchoring = matches!(a.v.kind, Kind::Fencepost | Kind::Reanchor)
-                    && a.v.clean
-                    && a.about() == peer;
-                if !anchoring {
-                    continue;
-                }
-                candidates_seen = true;
-                if a.v.ts_ms > p.now + p.skew_ms {
-                    alerts.push(format!(
-                        "G2: {}: dated {}, more than {} s in the future; not used",
-                        a.place(),
-                        a.v.ts,
-                        p.skew_ms / 1000
-                    ));
-                    continue;
-                }
-                anchor = Some(a);
-            }
-            if g1 == G1::Fail && anchor.is_none() {
-                candidates_seen = true;
-            }
-        }
+/// What the gates found beyond their outcomes: the alerts to show, and those to raise to the
+/// lead (each among `alerts` too).
+#[derive(Default)]
+struct Findings {
+    alerts: Vec<String>,
+    raise: Vec<(AlertRule, String)>,
+}
+
+impl Findings {
+    fn raise(&mut self, rule: AlertRule, text: String) {
+        self.raise.push((rule, text.clone()));
+        self.alerts.push(text);
     }
-    // ---- G2: recency by the reader's clock ----
-    let (mut anchor_text, mut anchor_ts, mut anchor_tick, mut anchor_ms) = (
-        anchor.and_then(|a| a.v.baseline.clone()),
-        anchor.map(|a| a.v.ts.clone()),
-        anchor.map(|a| a.v.tick),
-        anchor.map(|a| a.v.ts_ms),
-    );
-    if let Some(why) = &unreadable {
-        alerts.push(format!("KB: {peer}'s logs could not be read ({why}); using the cached anchor, retrying next heartbeat"));
-        if let Some((t, ts, tick)) = cached {
-            anchor_text = Some(t.to_string());
-            anchor_ts = Some(ts.to_string());
-            anchor_tick = Some(tick);
-            anchor_ms = chrono::DateTime::parse_from_rfc3339(ts)
-                .ok()
-                .map(|d| d.timestamp_millis().max(0) as Millis);
-        }
-    }
-    let g2 = match anchor_ms {
-        None => G2::NotApplicable,
-        Some(t) => {
-            let age = p.now.saturating_sub(t);
-            if age <= p.ttl_ms {
-                G2::Fresh
-            } else if age <= p.grace_ms {
-                alerts.push(format!(
-                    "G2: the anchor is {} h old (grace: usable, flagged)",
-                    age / 3_600_000
-                ));
-                G2::Grace
-            } else {
-                alerts.push(format!(
-                    "G2: the anchor is {} days old: expired, discarded (a fresh instance)",
-                    age / DAY_MS
-                ));
-                G2::Expired
-            }
-        }
+}
+
+/// What the peer's own latest-date log gives as its anchor.
+struct Anchoring<'a> {
+    g1: G1,
+    /// The last clean fencepost/reanchor about itself, if one is usable.
+    anchor: Option<&'a At>,
+    /// Whether it had anchoring lines at all (used or not).
+    candidates_seen: bool,
+    /// Why its logs could not be read, if they could not.
+    unreadable: Option<String>,
+}
+
+/// G1 and the anchor: the last clean fencepost/reanchor about itself in the peer's latest-date
+/// log, not dated in the future.
+fn g1_and_anchor<'a>(ix: &'a Index, peer: &str, p: &Params, f: &mut Findings) -> Anchoring<'a> {
+    let mut out = Anchoring {
+        g1: G1::Pass,
+        anchor: None,
+        candidates_seen: false,
+        unreadable: None,
     };
-    if g2 == G2::Expired {
-        anchor_text = None;
-        anchor_ts = None;
-        anchor_tick = None;
+    let Some(oi) = ix.owners.get(peer) else {
+        return out;
+    };
+    if let Some(why) = &oi.unreadable {
+        out.unreadable = Some(why.clone());
+        return out;
     }
-    // ---- G3: peer consistency over every recent report about the peer ----
-    let rs = reports(ix, peer, p);
+    let Some(latest) = oi.latest_date() else {
+        return out;
+    };
+    if let Some(bad) = oi.bad.get(latest)
+        && !bad.is_empty()
+    {
+        out.g1 = G1::Fail;
+        f.alerts.extend(bad.iter().cloned());
+    }
+    for a in oi.files.get(latest).into_iter().flatten() {
+        let anchoring =
+            matches!(a.v.kind, Kind::Fencepost | Kind::Reanchor) && a.v.clean && a.about() == peer;
+        if !anchoring {
+            continue;
+        }
+        out.candidates_seen = true;
+        if a.v.ts_ms > p.now + p.skew_ms {
+            f.alerts.push(format!(
+                "G2: {}: dated {}, more than {} s in the future; not used",
+                a.place(),
+                a.v.ts,
+                p.skew_ms / 1000
+            ));
+            continue;
+        }
+        out.anchor = Some(a);
+    }
+    if out.g1 == G1::Fail && out.anchor.is_none() {
+        out.candidates_seen = true;
+    }
+    out
+}
+
+/// G2: the anchor's age by the reader's clock.
+fn g2(anchor_ms: Option<Millis>, p: &Params, f: &mut Findings) -> G2 {
+    let Some(t) = anchor_ms else {
+        return G2::NotApplicable;
+    };
+    let age = p.now.saturating_sub(t);
+    if age <= p.ttl_ms {
+        G2::Fresh
+    } else if age <= p.grace_ms {
+        f.alerts.push(format!(
+            "G2: the anchor is {} h old (grace: usable, flagged)",
+            age / 3_600_000
+        ));
+        G2::Grace
+    } else {
+        f.alerts.push(format!(
+            "G2: the anchor is {} days old: expired, discarded (a fresh instance)",
+            age / DAY_MS
+        ));
+        G2::Expired
+    }
+}
+
+/// G3: peer consistency over every recent report about the peer (`rs`): two roles the same
+/// day, clean and in drift the same minute, a role its circle forbids. Returns the outcome and
+/// the reporters weighed.
+fn g3(peer: &str, rs: &[&At], p: &Params, f: &mut Findings) -> (G3, BTreeSet<String>) {
     let mut conflict = false;
     let mut seen_pairs = BTreeSet::new();
     for (i, a) in rs.iter().enumerate() {
@@ -595,10 +600,11 @@ pub fn evaluate(
                         b.place(),
                         &a.v.ts[..10.min(a.v.ts.len())]
                     );
-                    if !equivocation {
-                        raise.push((AlertRule::G3, t.clone()));
+                    if equivocation {
+                        f.alerts.push(t);
+                    } else {
+                        f.raise(AlertRule::G3, t);
                     }
-                    alerts.push(t);
                 }
                 conflict = true;
             }
@@ -610,22 +616,20 @@ pub fn evaluate(
                     drift.place(),
                     &clean.v.ts[..16.min(clean.v.ts.len())]
                 );
-                raise.push((AlertRule::G3, t.clone()));
-                alerts.push(t);
+                f.raise(AlertRule::G3, t);
                 conflict = true;
             }
         }
     }
     if let Some(forbidden) = p.forbidden.get(peer) {
-        for a in &rs {
+        for a in rs {
             let b = a.v.baseline.as_deref().unwrap_or("");
             if let Some(role) = forbidden.iter().find(|f| names_role(b, f)) {
                 let t = format!(
                     "G3 conflict (circle): {} says {peer} is {b:?}, which names the forbidden role {role:?}",
                     a.place()
                 );
-                raise.push((AlertRule::G3, t.clone()));
-                alerts.push(t);
+                f.raise(AlertRule::G3, t);
                 conflict = true;
             }
         }
@@ -640,48 +644,71 @@ pub fn evaluate(
             _ => G3::Consensus,
         }
     };
-    // ---- G4: the reader's own statements about the peer, minute by minute ----
+    (g3, reporters)
+}
+
+/// G4: the reader's own statements about the peer against the peer's own, minute by minute.
+fn g4(
+    ix: &Index,
+    peer: &str,
+    reader: Option<&str>,
+    rs: &[&At],
+    p: &Params,
+    f: &mut Findings,
+) -> G4 {
     let mut g4 = G4::NotApplicable;
-    if let Some(r) = reader.filter(|r| *r != peer) {
-        let lo = p.now.saturating_sub(p.grace_ms);
-        let hi = p.now + p.skew_ms;
-        let mine: Vec<&At> = ix
-            .owners
-            .get(r)
-            .into_iter()
-            .flat_map(|oi| oi.files.values().flatten())
-            .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= hi && a.v.kind.is_report())
-            .filter(|a| {
-                a.v.subject.as_deref() == Some(peer)
-                    || (p.fleet_wide_drift && a.v.subject.is_none())
-            })
-            .collect();
-        let theirs: Vec<&At> = rs.iter().copied().filter(|a| a.owner == peer).collect();
-        for m in &mine {
-            for t in theirs.iter().filter(|t| t.minute() == m.minute()) {
-                if g4 == G4::NotApplicable {
-                    g4 = G4::Ok;
-                }
-                if t.v.clean != m.v.clean {
-                    g4 = G4::Alert;
-                    let text = format!(
-                        "G4 alert: {} says {peer} is {} but {peer}'s own {} says {} in the same minute",
-                        m.place(),
-                        if m.v.clean { "clean" } else { "in drift" },
-                        t.place(),
-                        if t.v.clean { "clean" } else { "in drift" }
-                    );
-                    raise.push((AlertRule::G4, text.clone()));
-                    alerts.push(text);
-                }
+    let Some(r) = reader.filter(|r| *r != peer) else {
+        return g4;
+    };
+    let lo = p.now.saturating_sub(p.grace_ms);
+    let hi = p.now + p.skew_ms;
+    let mine: Vec<&At> = ix
+        .owners
+        .get(r)
+        .into_iter()
+        .flat_map(|oi| oi.files.values().flatten())
+        .filter(|a| a.v.ts_ms >= lo && a.v.ts_ms <= hi && a.v.kind.is_report())
+        .filter(|a| {
+            a.v.subject.as_deref() == Some(peer) || (p.fleet_wide_drift && a.v.subject.is_none())
+        })
+        .collect();
+    let theirs: Vec<&At> = rs.iter().copied().filter(|a| a.owner == peer).collect();
+    for m in &mine {
+        for t in theirs.iter().filter(|t| t.minute() == m.minute()) {
+            if g4 == G4::NotApplicable {
+                g4 = G4::Ok;
+            }
+            if t.v.clean != m.v.clean {
+                g4 = G4::Alert;
+                let text = format!(
+                    "G4 alert: {} says {peer} is {} but {peer}'s own {} says {} in the same minute",
+                    m.place(),
+                    if m.v.clean { "clean" } else { "in drift" },
+                    t.place(),
+                    if t.v.clean { "clean" } else { "in drift" }
+                );
+                f.raise(AlertRule::G4, text);
             }
         }
     }
-    // ---- the verdict ----
-    let verdict = if g3 == G3::Conflict || g4 == G4::Alert {
+    g4
+}
+
+/// The verdict from the gates' outcomes: a conflict or an alert makes the peer untrusted; with
+/// no anchor it is a fresh instance, unless its logs were unreadable or its anchoring lines
+/// were unusable (not for age); an anchor in grace is stale.
+pub fn verdict(
+    g2: G2,
+    g3: G3,
+    g4: G4,
+    anchored: bool,
+    unreadable: bool,
+    candidates_seen: bool,
+) -> Verdict {
+    if g3 == G3::Conflict || g4 == G4::Alert {
         Verdict::Untrusted
-    } else if anchor_text.is_none() {
-        if unreadable.is_some() || (candidates_seen && g2 != G2::Expired) {
+    } else if !anchored {
+        if unreadable || (candidates_seen && g2 != G2::Expired) {
             Verdict::Untrusted
         } else {
             Verdict::FreshInstance
@@ -690,20 +717,67 @@ pub fn evaluate(
         Verdict::Stale
     } else {
         Verdict::Trusted
-    };
+    }
+}
+
+/// Evaluate one peer as `reader` would at `p.now`. `cached` is the last good anchor from an
+/// earlier pull (text, ts, tick), used when the peer's directory cannot be read.
+pub fn evaluate(
+    ix: &Index,
+    peer: &str,
+    reader: Option<&str>,
+    p: &Params,
+    cached: Option<(&str, &str, u64)>,
+) -> Report {
+    let mut f = Findings::default();
+    let a = g1_and_anchor(ix, peer, p, &mut f);
+    let (mut anchor_text, mut anchor_ts, mut anchor_tick, mut anchor_ms) = (
+        a.anchor.and_then(|a| a.v.baseline.clone()),
+        a.anchor.map(|a| a.v.ts.clone()),
+        a.anchor.map(|a| a.v.tick),
+        a.anchor.map(|a| a.v.ts_ms),
+    );
+    if let Some(why) = &a.unreadable {
+        f.alerts.push(format!("KB: {peer}'s logs could not be read ({why}); using the cached anchor, retrying next heartbeat"));
+        if let Some((t, ts, tick)) = cached {
+            anchor_text = Some(t.to_string());
+            anchor_ts = Some(ts.to_string());
+            anchor_tick = Some(tick);
+            anchor_ms = chrono::DateTime::parse_from_rfc3339(ts)
+                .ok()
+                .map(|d| d.timestamp_millis().max(0) as Millis);
+        }
+    }
+    let g2 = g2(anchor_ms, p, &mut f);
+    if g2 == G2::Expired {
+        anchor_text = None;
+        anchor_ts = None;
+        anchor_tick = None;
+    }
+    let rs = reports(ix, peer, p);
+    let (g3, reporters) = g3(peer, &rs, p, &mut f);
+    let g4 = g4(ix, peer, reader, &rs, p, &mut f);
+    let verdict = verdict(
+        g2,
+        g3,
+        g4,
+        anchor_text.is_some(),
+        a.unreadable.is_some(),
+        a.candidates_seen,
+    );
     Report {
         peer: peer.to_string(),
         anchor: anchor_text,
         anchor_ts,
         anchor_tick,
-        g1,
+        g1: a.g1,
         g2,
         g3,
         g4,
         verdict,
-        alerts,
+        alerts: f.alerts,
         reporters: reporters.into_iter().collect(),
-        raise,
+        raise: f.raise,
     }
 }
 
@@ -857,6 +931,86 @@ mod tests {
                 }
             }
             s
+        }
+    }
+
+    /// The verdict rule alone, as a table: (g2, g3, g4, anchored, unreadable, candidates seen).
+    #[test]
+    fn the_verdict_table() {
+        use G2::*;
+        let rows = [
+            (
+                (Fresh, G3::Consensus, G4::Ok, true, false, true),
+                Verdict::Trusted,
+            ),
+            (
+                (Grace, G3::Single, G4::NotApplicable, true, false, true),
+                Verdict::Stale,
+            ),
+            (
+                (Fresh, G3::Conflict, G4::Ok, true, false, true),
+                Verdict::Untrusted,
+            ),
+            (
+                (Fresh, G3::Consensus, G4::Alert, true, false, true),
+                Verdict::Untrusted,
+            ),
+            // No anchor: a new identity, unless something stands against that.
+            (
+                (
+                    NotApplicable,
+                    G3::NotApplicable,
+                    G4::NotApplicable,
+                    false,
+                    false,
+                    false,
+                ),
+                Verdict::FreshInstance,
+            ),
+            (
+                (Expired, G3::Single, G4::NotApplicable, false, false, true),
+                Verdict::FreshInstance,
+            ),
+            (
+                (
+                    NotApplicable,
+                    G3::Single,
+                    G4::NotApplicable,
+                    false,
+                    true,
+                    false,
+                ),
+                Verdict::Untrusted,
+            ),
+            (
+                (
+                    NotApplicable,
+                    G3::Single,
+                    G4::NotApplicable,
+                    false,
+                    false,
+                    true,
+                ),
+                Verdict::Untrusted,
+            ),
+            (
+                (
+                    NotApplicable,
+                    G3::Conflict,
+                    G4::NotApplicable,
+                    false,
+                    false,
+                    false,
+                ),
+                Verdict::Untrusted,
+            ),
+        ];
+        for ((g2, g3, g4, anchored, unreadable, seen), want) in rows {
+            assert_eq!(
+                verdict(g2, g3, g4, anchored, unreadable, seen),
+                want,
+                "{g2} {g3} {g4} anchored={anchored} unreadable={unreadable} seen={seen}"
+            );
         }
     }
 
