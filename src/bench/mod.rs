@@ -304,19 +304,13 @@ fn durability_baselines(
             None,
             None,
         );
-        let m = Message {
-            id: MsgId(i as u64 + 1),
-            target: MemberName::new("sink")?,
-            from: Party::Operator,
-            ticket: Some(TicketId(ticket.id.0)),
-            body: "x".repeat(200),
-            state: ReceiptState::Queued,
-            queued_at: 0,
-            delivered_at: None,
-            settled_at: None,
-            note: None,
-            altered: None,
-        };
+        let m = Message::new(
+            MsgId(i as u64 + 1),
+            MemberName::new("sink")?,
+            Party::Operator,
+            Some(TicketId(ticket.id.0)),
+            "x".repeat(200),
+        );
         let t = Instant::now();
         let mut delivered = m.clone();
         delivered.state = ReceiptState::Delivered;

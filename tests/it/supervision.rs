@@ -104,20 +104,7 @@ async fn a_crash_loop_escalates_and_the_daemon_exits_non_zero() {
         ev.seen.clear();
     }
     d.fault("slot:w1").await;
-    let e = ev
-        .until("escalation", |e| {
-            matches!(&e.kind, EventKind::Escalated { .. })
-        })
-        .await;
-    let EventKind::Escalated { reason } = &e.kind else {
-        unreachable!()
-    };
-    assert!(
-        reason.contains("slot:w1") && reason.contains("limit 2"),
-        "{reason}"
-    );
-    let st = d.wait_exit(Duration::from_secs(15));
-    assert_eq!(st.code(), Some(2), "{}", d.log());
+    escalates_and_exits_2(&mut d, &mut ev, &["slot:w1", "limit 2"]).await;
     let log = d.log();
     assert!(
         log.contains("restart limit exceeded") && log.contains("slot:w1"),
@@ -168,6 +155,11 @@ async fn children_each_under_their_limit_escalate_together_past_the_supervisors(
     }
     // The fourth, of w2 (its second): over the supervisor's intensity of 3.
     d.fault("slot:w2").await;
+    escalates_and_exits_2(&mut d, &mut ev, &["children together", "limit 3"]).await;
+}
+
+/// The next escalation's reason names each of `says`, and the daemon exits with code 2.
+async fn escalates_and_exits_2(d: &mut D, ev: &mut Events, says: &[&str]) {
     let e = ev
         .until("escalation", |e| {
             matches!(&e.kind, EventKind::Escalated { .. })
@@ -176,10 +168,7 @@ async fn children_each_under_their_limit_escalate_together_past_the_supervisors(
     let EventKind::Escalated { reason } = &e.kind else {
         unreachable!()
     };
-    assert!(
-        reason.contains("children together") && reason.contains("limit 3"),
-        "{reason}"
-    );
+    assert!(says.iter().all(|s| reason.contains(s)), "{reason}");
     let st = d.wait_exit(Duration::from_secs(15));
     assert_eq!(st.code(), Some(2), "{}", d.log());
 }

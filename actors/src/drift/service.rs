@@ -21,7 +21,7 @@ use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
 use crate::injector::actor::InjectorMsg;
-use crate::injector::state::{Message, ReceiptState};
+use crate::injector::state::Message;
 use crate::types::{Caller, Millis, Party, Role};
 
 /// A peer's last good anchor, kept durably by its puller.
@@ -178,22 +178,16 @@ pub async fn notify_lead(ctx: &Arc<Ctx>, text: &str) {
     let Some(inj) = ctx.dir.injector(&lead.name) else {
         return;
     };
-    let msg = Message {
-        id: ctx.alloc_msg_id(),
-        target: lead.name.clone(),
-        from: Party::Fleetd,
-        ticket: None,
-        body: crate::types::truncate(
+    let msg = Message::new(
+        ctx.alloc_msg_id(),
+        lead.name.clone(),
+        Party::Fleetd,
+        None,
+        crate::types::truncate(
             text,
             ctx.config().injector.max_message_bytes.saturating_sub(64),
         ),
-        state: ReceiptState::Queued,
-        queued_at: 0,
-        delivered_at: None,
-        settled_at: None,
-        note: None,
-        altered: None,
-    };
+    );
     if let Err(e) = inj
         .call(
             |reply| InjectorMsg::Enqueue {

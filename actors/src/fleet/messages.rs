@@ -64,19 +64,7 @@ impl Fleet {
                 .await
                 .and_then(|r| r.map(drop)),
             Via::Injector => {
-                let msg = Message {
-                    id: msg_id,
-                    target: to.clone(),
-                    from,
-                    ticket: Some(ticket.id),
-                    body,
-                    state: ReceiptState::Queued,
-                    queued_at: 0,
-                    delivered_at: None,
-                    settled_at: None,
-                    note: None,
-                    altered: None,
-                };
+                let msg = Message::new(msg_id, to.clone(), from, Some(ticket.id), body);
                 match self.injector(to).await {
                     Some(i) => i
                         .call(

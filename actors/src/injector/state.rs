@@ -66,6 +66,31 @@ pub struct Message {
     pub altered: Option<String>,
 }
 
+impl Message {
+    /// A message not yet queued: the injector sets `queued_at` when it stores it.
+    pub fn new(
+        id: MsgId,
+        target: MemberName,
+        from: Party,
+        ticket: Option<TicketId>,
+        body: String,
+    ) -> Message {
+        Message {
+            id,
+            target,
+            from,
+            ticket,
+            body,
+            state: ReceiptState::Queued,
+            queued_at: 0,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+            altered: None,
+        }
+    }
+}
+
 /// The text a message is delivered as: a one-line header naming the ticket and the sender,
 /// then the body. Agents (and the reply charter) rely on `ticket t-N` being in the header.
 pub fn delivery_text(msg: &Message) -> String {
@@ -474,19 +499,13 @@ mod tests {
     }
 
     fn msg(id: u64) -> Message {
-        Message {
-            id: MsgId(id),
-            target: target(),
-            from: Party::Operator,
-            ticket: Some(TicketId(id)),
-            body: format!("m{id}"),
-            state: ReceiptState::Queued,
-            queued_at: 0,
-            delivered_at: None,
-            settled_at: None,
-            note: None,
-            altered: None,
-        }
+        Message::new(
+            MsgId(id),
+            target(),
+            Party::Operator,
+            Some(TicketId(id)),
+            format!("m{id}"),
+        )
     }
 
     fn view(status: Status) -> TargetView {
