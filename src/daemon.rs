@@ -200,11 +200,9 @@ fn listener(
     let (me, token) = (myself.clone(), token.clone());
     tokio::spawn(async move {
         let why = tokio::select! {
-            r = &mut inner => match r {
-                Ok(Ok(())) => "it returned".to_string(),
-                Ok(Err(e)) => e,
-                Err(e) if e.is_panic() => "it panicked".to_string(),
-                Err(_) => return,
+            r = &mut inner => match fleetd_actors::supervisor::actor::why_ended(r) {
+                Some(why) => why,
+                None => return,
             },
             // Stopping: the listener ends on its own copy of the token; give it up if it
             // lingers.

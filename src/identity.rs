@@ -190,7 +190,7 @@ struct Stamp {
 }
 
 fn stamp(pid: u32) -> Option<Stamp> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_stat(pid).ok()?;
     // After "(comm)": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
     // utime stime cutime cstime priority nice num_threads itrealvalue starttime (field 22).
     let mut f = stat[stat.rfind(')')? + 1..].split_whitespace();

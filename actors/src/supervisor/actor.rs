@@ -84,6 +84,17 @@ impl ChildSpec {
     }
 }
 
+/// Why a long-running task ended, from its join result: an error, a panic, or returning at
+/// all; `None` if it was aborted (its owner is stopping it).
+pub fn why_ended(r: Result<Result<(), String>, tokio::task::JoinError>) -> Option<String> {
+    match r {
+        Ok(Ok(())) => Some("it returned".to_string()),
+        Ok(Err(e)) => Some(e),
+        Err(e) if e.is_panic() => Some("it panicked".to_string()),
+        Err(_) => None,
+    }
+}
+
 /// The actor behind [`ChildSpec::task`]: it owns one task and fails when the task ends.
 pub struct TaskActor;
 
@@ -110,14 +121,10 @@ impl Actor for TaskActor {
         let inner = tokio::spawn(fut);
         let task = inner.abort_handle();
         tokio::spawn(async move {
-            let why = match inner.await {
-                Ok(Ok(())) => "it returned".to_string(),
-                Ok(Err(e)) => e,
-                Err(e) if e.is_panic() => "it panicked".to_string(),
-                // Aborted: the child is being stopped.
-                Err(_) => return,
-            };
-            let _ = myself.cast(TaskMsg::Ended(why));
+            // None: aborted, the child is being stopped.
+            if let Some(why) = why_ended(inner.await) {
+                let _ = myself.cast(TaskMsg::Ended(why));
+            }
         });
         Ok(TaskState { id, task })
     }
