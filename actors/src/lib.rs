@@ -1,22 +1,23 @@
-//! fleetd's actors. Each actor is a pure state machine (`state.rs`: events and a clock in,
-//! effects out, no I/O) wrapped by a thin ractor shell (`actor.rs`) that moves messages and
-//! performs the effects. [`fleet::Fleet`] is the handle the front ends (MCP, REST, the demo)
-//! call. See `docs/ARCHITECTURE.md` in the repository for the map.
+//! fleetd's actors: the thin ractor shells around the pure cores of `fleetd-core`. Each shell
+//! moves messages, arms timers and performs its core's effects (store commits, terminal writes,
+//! events); the rules are in the cores. [`fleet::Fleet`] is the handle the front ends (MCP,
+//! REST, the demo) call. See `docs/ARCHITECTURE.md` in the repository for the map.
+//!
+//! The pure modules are re-exported at the paths they always had (`crate::types`,
+//! `crate::slot::state`, ...), so a shell names a rule the same way wherever it lives.
 
 #![forbid(unsafe_code)]
 
-pub mod agents;
-pub mod authz;
-pub mod backoff;
-pub mod clock;
-pub mod config;
+// The rules (pure, `fleetd-core`).
+pub use fleetd_core::{agents, authz, backoff, clock, config, error, hooks, sanitize, types};
+
+// Shells, and the modules that do I/O. Where a concept has a pure part, its `mod.rs` or the
+// module itself re-exports it from `fleetd-core`.
 pub mod ctx;
 pub mod decision;
 pub mod drift;
-pub mod error;
 pub mod events;
 pub mod fleet;
-pub mod hooks;
 pub mod injector;
 pub mod keys;
 pub mod ledger;
@@ -24,11 +25,9 @@ pub mod link;
 pub mod mail;
 pub mod quiet;
 pub mod registry;
-pub mod sanitize;
 pub mod slot;
 pub mod store;
 pub mod supervisor;
 pub mod term;
 pub mod tickets;
-pub mod types;
 pub mod worktree;

@@ -12,6 +12,7 @@ mod durability;
 mod fleet;
 mod harden;
 mod hostile;
+mod house;
 mod identity;
 mod ledger;
 mod link;

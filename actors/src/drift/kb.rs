@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use crate::drift::gates::{LogFile, Logs, Snapshot};
 use crate::drift::line;
-use crate::types::Millis;
 
 /// Largest log file read; a bigger one is reported unreadable.
 pub const MAX_FILE: u64 = 16 << 20;
@@ -73,12 +72,7 @@ fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// The UTC date of a time, as the file name uses it.
-pub fn date_of(ms: Millis) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
-        .map(|t| t.format("%Y-%m-%d").to_string())
-        .unwrap_or_else(|| "1970-01-01".into())
-}
+pub use fleetd_core::clock::date_of;
 
 fn is_date(s: &str) -> bool {
     s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()

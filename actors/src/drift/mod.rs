@@ -3,9 +3,9 @@
 //! scheduler and the supervised puller per peer).
 
 pub mod actor;
-pub mod alerts;
-pub mod gates;
+pub use fleetd_core::drift::alerts;
+pub use fleetd_core::drift::gates;
 pub mod kb;
-pub mod line;
-pub mod remote;
+pub use fleetd_core::drift::line;
+pub use fleetd_core::drift::remote;
 pub mod service;

@@ -1,5 +1,5 @@
 //! The decision ledger: `state.rs` (format, chain, checkpoints, verifier) `actor.rs` (the group-committing writer) and `witness.rs` (witnessing peers' ledgers, and checking a ledger against a witness).
 
 pub mod actor;
-pub mod state;
-pub mod witness;
+pub use fleetd_core::ledger::state;
+pub use fleetd_core::ledger::witness;

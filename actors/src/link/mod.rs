@@ -1,4 +1,4 @@
 //! Peer links between hosts: the pure state of one link (the QUIC shell lives in the binary's
 //! `link` module, since this crate opens no sockets).
 
-pub mod state;
+pub use fleetd_core::link::state;

@@ -1,4 +1,4 @@
 //! Supervision: the restart policy core and the supervisor shell.
 
 pub mod actor;
-pub mod policy;
+pub use fleetd_core::supervisor::policy;

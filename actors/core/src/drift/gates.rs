@@ -217,7 +217,7 @@ pub fn with_remote(ix: &mut Index, anchors: &[RemoteAnchor]) {
     });
     for a in sorted {
         let owner = format!("{}@{}", a.identity, a.home);
-        let date = crate::drift::kb::date_of(a.ts_ms);
+        let date = crate::clock::date_of(a.ts_ms);
         let file = ix
             .owners
             .entry(owner.clone())
@@ -884,7 +884,7 @@ mod tests {
                 },
                 &key(),
             );
-            self.raw(owner, &crate::drift::kb::date_of(ts), &l)
+            self.raw(owner, &crate::clock::date_of(ts), &l)
         }
         fn anchor(&mut self, owner: &str, baseline: &str, ts: Millis) -> &mut Self {
             self.line(owner, Kind::Fencepost, Some(baseline), None, None, ts)
@@ -1082,7 +1082,7 @@ mod tests {
     fn g1_bad_lines_are_skipped_and_reported_never_stopping_the_reader() {
         let mut kb = Kb::default();
         kb.anchor("libra", "researcher", NOW - H);
-        let date = crate::drift::kb::date_of(NOW);
+        let date = crate::clock::date_of(NOW);
         for bad in [
             "{not json",
             r#"{"ts":"2026-12-02T11:30:00Z","tick":2,"type":"fencepost","baseline_pos":"","drift_delta":null}"#,

@@ -16,6 +16,8 @@ pub trait Clock: Send + Sync + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    // The one wall-clock read in the rules' crate: the shells hand this clock to the cores.
+    #[allow(clippy::disallowed_methods)]
     fn now(&self) -> Millis {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -61,4 +63,11 @@ pub fn rfc3339(ms: Millis) -> String {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_else(|| ms.to_string())
+}
+
+/// The UTC date of a time, as the file name uses it.
+pub fn date_of(ms: Millis) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| "1970-01-01".into())
 }

@@ -1,0 +1,153 @@
+//! What the event stream carries: one numbered event and its kinds (status changes, delivery
+//! receipts, ticket changes, spawns with their parent, exits, reaps, restarts, decisions).
+//!
+//! Owns the shape and its JSON form (`type` tag, snake_case), which the REST stream and the
+//! CLI print. The bus that numbers, rings and broadcasts them is `fleetd_actors::events`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::injector::state::ReceiptState;
+use crate::tickets::state::{TicketKind, TicketState};
+use crate::types::{DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
+
+/// One event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    pub at: Millis,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    Spawned {
+        member: MemberName,
+        role: Role,
+        slot: Option<String>,
+        parent: Party,
+        pid: Option<u32>,
+        profile: String,
+    },
+    Adopted {
+        member: MemberName,
+        pid: Option<u32>,
+    },
+    Status {
+        member: MemberName,
+        from: Status,
+        to: Status,
+        injectable: bool,
+        cause: String,
+    },
+    Exited {
+        member: MemberName,
+        code: Option<i32>,
+        reason: String,
+    },
+    Reaped {
+        member: MemberName,
+        idle_ms: Millis,
+    },
+    Receipt {
+        msg: MsgId,
+        target: MemberName,
+        from: Party,
+        ticket: Option<TicketId>,
+        state: ReceiptState,
+        note: Option<String>,
+    },
+    Ticket {
+        ticket: TicketId,
+        kind: TicketKind,
+        from: Party,
+        to: MemberName,
+        state: TicketState,
+    },
+    Restarted {
+        child: String,
+        attempt: u32,
+        reason: String,
+    },
+    Escalated {
+        reason: String,
+    },
+    ConfigReloaded {
+        ok: bool,
+        detail: String,
+    },
+    /// Lead-to-lead mail from `peer` (envelope number `envelope`, the sender's ticket `their_ticket`) was
+    /// handed to this host's lead, as `ticket`.
+    MailHanded {
+        peer: String,
+        envelope: u64,
+        their_ticket: TicketId,
+        ticket: TicketId,
+    },
+    /// This host witnessed `peer`'s ledger `origin` up to `size` (persisted, cosigned).
+    Witnessed {
+        peer: String,
+        origin: String,
+        size: u64,
+    },
+    /// `witness` cosigned this host's ledger up to `size`; its cosignature is kept.
+    Cosigned {
+        witness: String,
+        size: u64,
+    },
+    /// The anchor puller took `anchors` verified anchors from `peer` (pulled at most once per
+    /// heartbeat).
+    AnchorsPulled {
+        peer: String,
+        anchors: usize,
+    },
+    /// The drift protocol raised an alert (a G3 cascade conflict or a G4 disagreement).
+    DriftAlert {
+        peer: String,
+        rule: String,
+        text: String,
+    },
+    /// The daemon signed and appended a line to an identity's drift log.
+    DriftLine {
+        identity: String,
+        /// The line's `type`.
+        kind: String,
+        tick: u64,
+    },
+    /// A drift pass finished: every peer's puller evaluated the KB as read at this heartbeat.
+    DriftPass {
+        /// Peers evaluated.
+        peers: usize,
+        /// Of which not trusted (conflict, alert, unreadable without cache).
+        untrusted: usize,
+        /// Pullers that had not answered when the pass's deadline (one heartbeat) ran out.
+        late: usize,
+        /// From the start of the KB read to the last puller's report (monotonic clock).
+        took_us: u64,
+        /// The KB could not be read at all: no puller ran, each kept its last report and
+        /// cached anchor; the next heartbeat tries again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kb_error: Option<String>,
+    },
+    /// A peer link came up or went down.
+    Link {
+        peer: String,
+        up: bool,
+        /// Why it went down; whether this host dialled it when up.
+        detail: String,
+    },
+    /// An incoming link was refused (an unknown key, a failed hello, a wrong version).
+    LinkRefused {
+        detail: String,
+    },
+    /// A decision was opened, recorded on, closed, or a late record was refused.
+    Decision {
+        decision: DecisionId,
+        action: String,
+        slot: Option<String>,
+        outcome: Option<crate::decision::state::Outcome>,
+        /// The ledger entry's seq (none for a refusal or a deadline).
+        ledger_seq: Option<u64>,
+    },
+}

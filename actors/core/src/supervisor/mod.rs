@@ -1,0 +1,3 @@
+//! Supervision's rules: restart types, intensity, backoff.
+
+pub mod policy;
