@@ -11,10 +11,16 @@ use std::time::Duration;
 use anyhow::Context;
 use fleetd_actors::clock::{Clock, SystemClock};
 use fleetd_actors::config::{Config, OnShutdown};
-use fleetd_actors::ctx::{Ctx, SharedCtx};
+use std::collections::BTreeMap;
+
+use fleetd_actors::ctx::{Ctx, LinkPublishers, SharedCtx};
+use fleetd_actors::drift::remote::RemoteAnchor;
 use fleetd_actors::error::FleetError;
 use fleetd_actors::events::{EventBus, EventKind};
 use fleetd_actors::fleet::Fleet;
+use fleetd_actors::link::state::LinkView;
+use fleetd_actors::mail::view::MailView;
+use fleetd_actors::publish::Publisher;
 use fleetd_actors::store::Store;
 use fleetd_actors::supervisor::actor::ChildSpec;
 use fleetd_actors::types::Caller;
@@ -97,7 +103,11 @@ fn load_or_create_key(
 }
 
 /// Bind the QUIC endpoint and start a PeerLink per configured peer, if `link.listen` is set.
-async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::actor::Links>> {
+async fn start_links(
+    ctx: &SharedCtx,
+    links: Publisher<BTreeMap<String, LinkView>>,
+    remote_anchors: Publisher<Vec<RemoteAnchor>>,
+) -> anyhow::Result<Option<crate::link::actor::Links>> {
     use crate::link::endpoint::{Endpoint, Peer};
     let c = ctx.config();
     let Some(listen) = &c.link.listen else {
@@ -133,7 +143,7 @@ async fn start_links(ctx: &SharedCtx) -> anyhow::Result<Option<crate::link::acto
         Duration::from_secs(c.link.idle_timeout_secs.max(2)),
     )?;
     tracing::info!(listen = %ep.local_addr()?, peers = c.peers.len(), "peer links listening");
-    let links = crate::link::actor::Links::start(ctx.clone(), ep).await?;
+    let links = crate::link::actor::Links::start(ctx.clone(), ep, links, remote_anchors).await?;
     Ok(Some(links))
 }
 
@@ -152,6 +162,7 @@ pub fn own_key_as_peer(
 async fn start_post_office(
     fleet: &Fleet,
     transport: fleetd_actors::mail::actor::Transport,
+    view: Publisher<MailView>,
 ) -> anyhow::Result<()> {
     use fleetd_actors::mail::actor::{MailActor, MailArgs};
     let f = fleet.clone();
@@ -160,6 +171,7 @@ async fn start_post_office(
             let args = MailArgs {
                 fleet: f.clone(),
                 transport: transport.clone(),
+                view: view.clone(),
             };
             (MailActor, args)
         }))
@@ -496,12 +508,11 @@ impl Daemon {
                 path = ledger.display()
             );
         }
-        let last_msg = store.last_msg_id()?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let events = Arc::new(EventBus::new(clock.clone(), 4096));
         let backend = Arc::new(term::HostBackend::new(&state_dir, fleetd_exe.clone())?);
         let host_key = load_or_create_key(&config, &state_dir)?;
-        let ctx: SharedCtx = Arc::new(Ctx::new(
+        let (ctx, publishers) = Ctx::new(
             store,
             events,
             clock,
@@ -509,10 +520,10 @@ impl Daemon {
             backend,
             state_dir.clone(),
             fleetd_exe,
-            last_msg,
             host_key,
-        ));
-        let (fleet, join) = Fleet::boot(ctx.clone()).await?;
+        );
+        let ctx: SharedCtx = Arc::new(ctx);
+        let (fleet, join, hosts) = Fleet::boot(ctx.clone(), publishers).await?;
         let (f2, p2) = (fleet.clone(), config_path.clone());
         let reload: ReloadFn = Arc::new(move || {
             let (f, p) = (f2.clone(), p2.clone());
@@ -545,9 +556,14 @@ impl Daemon {
                 })
             }))
             .await?;
-        let links = start_links(&ctx).await?;
+        let LinkPublishers {
+            links,
+            mail,
+            remote_anchors,
+        } = hosts;
+        let links = start_links(&ctx, links, remote_anchors).await?;
         if let Some(l) = &links {
-            start_post_office(&fleet, l.transport()).await?;
+            start_post_office(&fleet, l.transport(), mail).await?;
         }
         tracing::info!(state_dir = %state_dir.display(), pid = std::process::id(), "fleetd started");
         Ok(Daemon {
@@ -629,7 +645,7 @@ impl Daemon {
                     notify("READY=1");
                 }
                 _ = &mut self.join => {
-                    let why = self.fleet.ctx.escalation.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let why = self.fleet.ctx.escalation();
                     let why = why.unwrap_or_else(|| "the supervisor stopped".into());
                     tracing::error!(reason = %why, "escalation: fleetd exits non-zero so its service manager restarts it");
                     eprintln!("fleetd: escalated: {why}");
@@ -653,7 +669,7 @@ mod tests {
     use fleetd_actors::supervisor::actor::{ChildSpec, Supervisor, start_child};
     use ractor::Actor;
 
-    fn ctx(dir: &std::path::Path) -> Arc<Ctx> {
+    fn ctx(dir: &std::path::Path) -> (Arc<Ctx>, fleetd_actors::ctx::Publishers) {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let mut config = fleetd_actors::config::Config::default();
         config.supervision.insert(
@@ -666,7 +682,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        Arc::new(Ctx::new(
+        let (ctx, publishers) = Ctx::new(
             fleetd_actors::store::Store::open(&dir.join("state.redb")).unwrap(),
             Arc::new(EventBus::new(clock.clone(), 64)),
             clock,
@@ -674,9 +690,9 @@ mod tests {
             Arc::new(crate::term::HostBackend::new(dir, "/bin/false".into()).unwrap()),
             dir.to_path_buf(),
             "/bin/false".into(),
-            0,
             ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
-        ))
+        );
+        (Arc::new(ctx), publishers)
     }
 
     /// A supervised task that errs, panics or returns fails its child: it is restarted under
@@ -684,9 +700,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_child_that_ends_is_restarted_then_escalates() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = ctx(dir.path());
+        let (ctx, publishers) = ctx(dir.path());
         let (_, mut events) = ctx.events.subscribe(u64::MAX);
-        let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone()).await.unwrap();
+        let (sup, join) = Actor::spawn(None, Supervisor, (ctx.clone(), publishers.escalation))
+            .await
+            .unwrap();
         let starts = Arc::new(AtomicU32::new(0));
         let s2 = starts.clone();
         let spec = ChildSpec::task("gc", "gc", move || {

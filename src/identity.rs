@@ -362,7 +362,7 @@ mod tests {
         );
     }
 
-    fn ctx(dir: &std::path::Path) -> Ctx {
+    fn ctx(dir: &std::path::Path) -> (Ctx, fleetd_actors::ctx::Publishers) {
         use fleetd_actors::clock::{Clock, SystemClock};
         let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
         Ctx::new(
@@ -373,7 +373,6 @@ mod tests {
             std::sync::Arc::new(crate::term::HostBackend::new(dir, "/bin/false".into()).unwrap()),
             dir.to_path_buf(),
             "/bin/false".into(),
-            0,
             ed25519_dalek::SigningKey::from_bytes(&[7; 32]),
         )
     }
@@ -383,7 +382,7 @@ mod tests {
     #[test]
     fn a_kept_caller_follows_member_registration() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = ctx(dir.path());
+        let (ctx, publishers) = ctx(dir.path());
         let me = std::process::id();
         let c = ConnectionCaller::new(Some(me));
         assert!(matches!(c.get(&ctx), Caller::NotMember { .. }));
@@ -394,11 +393,11 @@ mod tests {
             slot: None,
         };
         // This process becomes a member's root (as a member's agent is).
-        ctx.set_pid(me, w1.clone());
+        publishers.pids.modify(|ix| ix.set(me, w1.clone()));
         assert_eq!(c.get(&ctx), Caller::Member(w1.clone()));
         assert_eq!(c.get(&ctx), Caller::Member(w1.clone()));
         // The member exits: the connection is no longer its.
-        ctx.clear_pid(&w1.name);
+        publishers.pids.modify(|ix| ix.clear(&w1.name));
         assert!(matches!(c.get(&ctx), Caller::NotMember { .. }));
         // A connection whose process is gone is unresolved, never kept.
         let mut child = std::process::Command::new("true").spawn().unwrap();

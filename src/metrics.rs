@@ -263,15 +263,14 @@ impl Metrics {
             }
         }
         self.mail_outbox.clear();
-        {
-            let mail = ctx.mail_view.read().unwrap_or_else(|p| p.into_inner());
+        ctx.views.mail.with(|mail| {
             for (peer, n) in &mail.outbox {
                 self.mail_outbox
                     .get_or_create(&vec![("peer", peer.clone())])
                     .set(*n as i64);
             }
             self.mail_held.set(mail.held_total as i64);
-        }
+        });
         self.drift_alerts_open.set(ctx.drift.alerts().len() as i64);
         let mut out = String::new();
         // Writing to a String cannot fail.

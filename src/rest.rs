@@ -665,10 +665,11 @@ async fn peers(
         "public_key": fleetd_actors::keys::public_text(&ctx.host_key.verifying_key()),
         "listen": config.link.listen,
         "links": ctx.link_views(),
-        "mail": *ctx.mail_view.read().unwrap_or_else(|p| p.into_inner()),
-        "remote_anchors": fleetd_actors::drift::remote::latest_of(
-            &ctx.remote_anchors.read().unwrap_or_else(|p| p.into_inner())
-        ),
+        "mail": ctx.views.mail.get(),
+        "remote_anchors": ctx
+            .views
+            .remote_anchors
+            .with(|a| fleetd_actors::drift::remote::latest_of(a)),
     })))
 }
 

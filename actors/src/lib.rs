@@ -15,6 +15,7 @@ pub use fleetd_core::{agents, authz, backoff, clock, config, error, hooks, sanit
 // module itself re-exports it from `fleetd-core`.
 pub mod ctx;
 pub mod decision;
+pub mod directory;
 pub mod drift;
 pub mod events;
 pub mod fleet;
@@ -23,6 +24,7 @@ pub mod keys;
 pub mod ledger;
 pub mod link;
 pub mod mail;
+pub mod publish;
 pub mod quiet;
 pub mod registry;
 pub mod slot;
@@ -30,4 +32,5 @@ pub mod store;
 pub mod supervisor;
 pub mod term;
 pub mod tickets;
+pub mod timer;
 pub mod worktree;

@@ -36,6 +36,8 @@ const MAIL_IN: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("mail_
 const MAIL_META: TableDefinition<&str, u64> = TableDefinition::new("mail_meta");
 
 const NEXT_TICKET: &str = "next_ticket";
+/// The highest message number the desk has reserved (it may have handed out any up to it).
+const MSG_RESERVED: &str = "msg_reserved";
 
 /// Errors of the durable store.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +102,8 @@ pub struct Batch {
     pub tickets: Vec<Ticket>,
     pub delete_tickets: Vec<TicketId>,
     pub next_ticket: Option<u64>,
+    /// Message numbers up to this one may be handed out (the desk's reservation).
+    pub msg_reserved: Option<u64>,
     /// Outgoing lead-to-lead envelopes, by peer.
     pub mail_out: Vec<(String, Envelope)>,
     /// Outgoing envelopes a peer now holds: delete this peer's up to this seq.
@@ -119,6 +123,7 @@ impl Batch {
             && self.tickets.is_empty()
             && self.delete_tickets.is_empty()
             && self.next_ticket.is_none()
+            && self.msg_reserved.is_none()
             && self.mail_out.is_empty()
             && self.mail_out_done.is_empty()
             && self.mail_in.is_empty()
@@ -275,6 +280,10 @@ impl Store {
                 let mut meta = tx.open_table(META)?;
                 meta.insert(NEXT_TICKET, n)?;
             }
+            if let Some(n) = b.msg_reserved {
+                let mut meta = tx.open_table(META)?;
+                meta.insert(MSG_RESERVED, n)?;
+            }
             if !(b.mail_out.is_empty() && b.mail_out_done.is_empty()) {
                 let mut t = tx.open_table(MAIL_OUT)?;
                 for (peer, e) in &b.mail_out {
@@ -393,6 +402,17 @@ impl Store {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(MESSAGES)?;
         Ok(t.last()?.map(|(k, _)| k.value()).unwrap_or(0))
+    }
+
+    /// The highest message number that may have been handed out: the larger of the highest
+    /// stored message and the desk's last durable reservation.
+    pub fn msg_floor(&self) -> Result<u64, StoreError> {
+        let reserved = {
+            let tx = self.db.begin_read()?;
+            let meta = tx.open_table(META)?;
+            meta.get(MSG_RESERVED)?.map(|v| v.value()).unwrap_or(0)
+        };
+        Ok(self.last_msg_id()?.max(reserved))
     }
 
     /// Forget the oldest final messages beyond `keep` (receipts of settled messages).

@@ -290,7 +290,7 @@ fn durability_baselines(
         raw.push(t.elapsed());
     }
     let store = Store::open(&dir.join("bench.redb"))?;
-    let mut desk = Desk::new(vec![], 1, usize::MAX);
+    let mut desk = Desk::new(vec![], 1, usize::MAX, 0);
     let mut commits = Vec::with_capacity(n);
     for i in 0..n {
         let (ticket, _) = desk.open(

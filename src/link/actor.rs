@@ -11,11 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use fleetd_actors::ctx::{SharedCtx, Timer};
+use fleetd_actors::ctx::{FaultHook, SharedCtx};
+use fleetd_actors::drift::remote::RemoteAnchor;
 use fleetd_actors::error::FleetError;
 use fleetd_actors::events::EventKind;
-use fleetd_actors::link::state::{Backoff, Effect, LinkCore, Phase};
+use fleetd_actors::link::state::{Backoff, Effect, LinkCore, LinkView, Phase};
+use fleetd_actors::publish::{EntryPublisher, Publisher};
 use fleetd_actors::supervisor::actor::{ChildSpec, start_child};
+use fleetd_actors::timer::Timer;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use fleetd_actors::mail::actor::MailMsg;
@@ -137,23 +140,31 @@ impl super::wire::Handler for Serve {
 
 impl Links {
     /// Start a PeerLink actor per configured peer under the root supervisor, and the acceptor.
-    pub async fn start(ctx: SharedCtx, endpoint: Endpoint) -> Result<Links, FleetError> {
+    /// Each link publishes its own entry of `links`; the anchor puller publishes
+    /// `remote_anchors`.
+    pub async fn start(
+        ctx: SharedCtx,
+        endpoint: Endpoint,
+        links: Publisher<BTreeMap<String, LinkView>>,
+        remote_anchors: Publisher<Vec<RemoteAnchor>>,
+    ) -> Result<Links, FleetError> {
         let endpoint = Arc::new(endpoint);
         let actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>> = Default::default();
         let current: Current = Default::default();
         let anchors = AnchorService::new(ctx.clone());
         let sup = ctx
-            .supervisor
-            .get()
-            .ok_or_else(|| FleetError::unavailable("peer links", "the supervisor is not up"))?
-            .clone();
+            .dir
+            .supervisor()
+            .ok_or_else(|| FleetError::unavailable("peer links", "the supervisor is not up"))?;
         for peer in endpoint.peers().to_vec() {
             let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
             let conns = Conns::default();
             let cur = current.clone();
             let an = anchors.clone();
+            let view = links.entry(peer.name.clone());
             let spec = ChildSpec::actor(format!("link:{}", peer.name), "link", move || {
                 let args = LinkArgs {
+                    view: view.clone(),
                     conns: conns.clone(),
                     current: cur.clone(),
                     anchors: an.clone(),
@@ -224,6 +235,7 @@ impl Links {
         );
         let spec = ChildSpec::actor("anchors", "anchors", move || {
             let args = AnchorArgs {
+                published: remote_anchors.clone(),
                 ctx: c.clone(),
                 service: an.clone(),
                 current: cur.clone(),
@@ -302,6 +314,8 @@ impl Conns {
 pub type Current = Arc<RwLock<HashMap<String, quinn::Connection>>>;
 
 pub struct LinkArgs {
+    /// This link's entry of the links view (it writes no other).
+    view: EntryPublisher<String, LinkView>,
     conns: Conns,
     current: Current,
     anchors: Arc<AnchorService>,
@@ -315,6 +329,7 @@ pub struct PeerLink;
 
 pub struct LinkState {
     ctx: SharedCtx,
+    view: EntryPublisher<String, LinkView>,
     endpoint: Arc<Endpoint>,
     peer: Peer,
     core: LinkCore,
@@ -350,11 +365,7 @@ impl LinkState {
                 }
             }
         }
-        self.ctx
-            .links
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(v.peer.clone(), v.clone());
+        self.view.publish(v.clone());
         if let Some(up) = announce {
             self.announced = Some(up);
             let detail = if up {
@@ -462,16 +473,14 @@ impl Actor for PeerLink {
             .insert(a.peer.name.clone(), myself.clone());
         if cfg!(debug_assertions) {
             let me = myself.clone();
-            a.ctx
-                .fault_hooks
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(
-                    format!("link:{}", a.peer.name),
-                    Arc::new(move || {
-                        let _ = me.cast(LinkMsg::Panic);
-                    }),
-                );
+            let hook: FaultHook = Arc::new(move || {
+                let _ = me.cast(LinkMsg::Panic);
+            });
+            a.ctx.dir.set(
+                &format!("link:{}", a.peer.name),
+                Some(myself.get_id()),
+                hook,
+            );
         }
         let c = a.ctx.config();
         let core = LinkCore::new(
@@ -489,6 +498,7 @@ impl Actor for PeerLink {
         Ok(LinkState {
             keep_alive: c.link.keep_alive_secs.max(1) * 1000,
             ctx: a.ctx,
+            view: a.view,
             endpoint: a.endpoint,
             peer: a.peer,
             core,

@@ -12,9 +12,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use fleetd_actors::ctx::{SharedCtx, Timer};
+use fleetd_actors::ctx::SharedCtx;
 use fleetd_actors::drift::line::Valid;
-use fleetd_actors::drift::remote::{Equivocation, Remote, check_proof, verify_served};
+use fleetd_actors::drift::remote::{
+    Equivocation, Remote, RemoteAnchor, check_proof, verify_served,
+};
+use fleetd_actors::publish::Publisher;
+use fleetd_actors::timer::Timer;
 use fleetd_actors::types::Millis;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -128,6 +132,8 @@ pub enum AnchorMsg {
 }
 
 pub struct AnchorArgs {
+    /// The anchor puller is the one writer of the remote anchors' view.
+    pub published: Publisher<Vec<RemoteAnchor>>,
     pub ctx: SharedCtx,
     pub service: Arc<AnchorService>,
     pub current: Current,
@@ -138,6 +144,7 @@ pub struct AnchorPuller;
 
 pub struct PullerState {
     ctx: SharedCtx,
+    published: Publisher<Vec<RemoteAnchor>>,
     service: Arc<AnchorService>,
     current: Current,
     peers: BTreeMap<String, Peer>,
@@ -206,11 +213,7 @@ impl PullerState {
     }
 
     fn publish(&self) {
-        *self
-            .ctx
-            .remote_anchors
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = self.core.all();
+        self.published.publish(self.core.all());
     }
 }
 
@@ -255,6 +258,7 @@ impl Actor for AnchorPuller {
         let _ = myself.cast(AnchorMsg::Tick);
         Ok(PullerState {
             ctx: a.ctx,
+            published: a.published,
             service: a.service,
             current: a.current,
             peers: a.peers.into_iter().map(|p| (p.name.clone(), p)).collect(),

@@ -268,7 +268,7 @@ async fn concurrent_sends_are_stored_in_groups_and_each_arrives_once() {
     .unwrap_or_else(|_| panic!("not transmitted: {} left", waiting.len()));
     // b holds each exactly once (their order per sender is the core's property test).
     let (held, total) = {
-        let v = fb.ctx.mail_view.read().unwrap();
+        let v = fb.ctx.views.mail.get();
         (v.held.clone(), v.held_total)
     };
     assert_eq!(total, 100);
@@ -279,7 +279,7 @@ async fn concurrent_sends_are_stored_in_groups_and_each_arrives_once() {
     assert_eq!(got.len(), 100, "{held:?}");
     got.sort();
     assert_eq!(got, bodies);
-    assert_eq!(fa.ctx.mail_view.read().unwrap().outbox["b"], 0);
+    assert_eq!(fa.ctx.views.mail.get().outbox["b"], 0);
     for d in daemons {
         d.shutdown().await;
     }

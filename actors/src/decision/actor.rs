@@ -1,21 +1,23 @@
 //! A decision record: one supervised actor per open decision. It checks each record and the
 //! close against the decision core, has the ledger writer append (and sync) the accepted ones
-//! before answering, keeps the read model current, and records refused late positions where
-//! they stay visible. A restart rebuilds it from the ledger file. Must never append without the
-//! core's consent, and never close a decision by itself.
+//! before answering (the writer applies each synced entry to its board, which status and list
+//! read), and records refused late positions where they stay visible (the store, then the
+//! board). A restart rebuilds it from the board, which the ledger writer replays from the file.
+//! Must never append without the core's consent, and never close a decision by itself.
 
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::ctx::{Mailbox, SharedCtx};
+use crate::ctx::SharedCtx;
 use crate::decision::state::{
-    Decision, DecisionEvent, Refused, authorize_decide, authorize_position, replay,
+    Decision, DecisionEvent, Refused, authorize_decide, authorize_position,
 };
+use crate::directory::{Directory, Mailbox};
 use crate::error::{ErrorKind, FleetError};
 use crate::events::EventKind;
-use crate::ledger::actor::LedgerMsg;
-use crate::ledger::state::{Author, Entry, entries};
+use crate::ledger::actor::{LedgerMsg, NewDecision};
+use crate::ledger::state::{Author, Entry};
 use crate::types::{Caller, DecisionId};
 
 pub enum DecisionMsg {
@@ -50,21 +52,26 @@ pub struct DecisionState {
     d: Decision,
 }
 
+/// The ledger writer, waiting out its restart.
+async fn ledger(ctx: &SharedCtx) -> Result<Mailbox<LedgerMsg>, FleetError> {
+    match ctx
+        .dir
+        .wait_for(|d| d.ledger().ok(), Duration::from_secs(5))
+        .await
+    {
+        Some(l) => Ok(l),
+        None => ctx.dir.ledger(),
+    }
+}
+
 /// Append through the ledger writer and wait until the entry is synced.
 pub async fn append(
     ctx: &SharedCtx,
     author: Author,
     event: DecisionEvent,
 ) -> Result<Entry, FleetError> {
-    let ledger = match ctx
-        .dir
-        .wait_for(|d| d.ledger().ok(), Duration::from_secs(5))
-        .await
-    {
-        Some(l) => l,
-        None => ctx.dir.ledger()?,
-    };
-    ledger
+    ledger(ctx)
+        .await?
         .call(
             |reply| LedgerMsg::Append {
                 author,
@@ -76,9 +83,23 @@ pub async fn append(
         .await?
 }
 
+/// Open a decision: the ledger writer gives it the next id, appends and syncs its `open`.
+pub async fn open(ctx: &SharedCtx, author: Author, open: NewDecision) -> Result<Entry, FleetError> {
+    ledger(ctx)
+        .await?
+        .call(
+            |reply| LedgerMsg::Open {
+                author,
+                open,
+                reply,
+            },
+            Duration::from_secs(30),
+        )
+        .await?
+}
+
 impl DecisionState {
     fn publish(&self, e: &Entry) {
-        self.ctx.put_decision(self.d.clone());
         let (kind, slot, outcome) = match &e.event {
             DecisionEvent::Open { .. } => ("open", None, None),
             DecisionEvent::Position { slot, .. } => ("position", Some(slot.clone()), None),
@@ -107,25 +128,11 @@ impl Actor for DecisionActor {
     ) -> Result<DecisionState, ActorProcessingErr> {
         let ctx = args.ctx;
         let id = args.id;
-        // Rebuild from the ledger file itself (and the refusals the store kept).
-        let path = ctx.state_dir.join("ledger.jsonl");
-        let text = tokio::task::spawn_blocking(move || std::fs::read_to_string(path)).await??;
-        let mine: Vec<Entry> = entries(&text)
-            .into_iter()
-            .filter(|e| e.event.decision() == id)
-            .collect();
-        let mut d = replay(&mine)
-            .remove(&id)
+        // Rebuild from the ledger writer's board (the file's entries and the refusals the
+        // store kept, as the writer replayed and has applied them since).
+        let d = ctx
+            .decision_view(id)
             .ok_or_else(|| FleetError::internal(format!("decision {id}"), "not in the ledger"))?;
-        d.refused = ctx
-            .store
-            .run(move |s| s.load_refusals())
-            .await?
-            .into_iter()
-            .find(|(i, _)| *i == id)
-            .map(|(_, r)| r)
-            .unwrap_or_default();
-        ctx.put_decision(d.clone());
         ctx.dir.set_decision(
             id,
             Mailbox::new(myself.clone(), ctx.mailbox_cap(), format!("decision {id}")),
@@ -196,7 +203,19 @@ impl Actor for DecisionActor {
                         {
                             tracing::error!(error = %se, "could not persist a refused position");
                         }
-                        st.ctx.put_decision(st.d.clone());
+                        let refused = st.d.refused.clone();
+                        if let Ok(l) = ledger(&st.ctx).await {
+                            let _ = l
+                                .call(
+                                    |reply| LedgerMsg::Refused {
+                                        decision: id,
+                                        refused,
+                                        reply,
+                                    },
+                                    Duration::from_secs(5),
+                                )
+                                .await;
+                        }
                         st.ctx.events.emit(EventKind::Decision {
                             decision: st.d.id,
                             action: "refused".into(),
@@ -304,5 +323,19 @@ impl Actor for DecisionActor {
             }
         }
         Ok(())
+    }
+}
+
+/// How an open decision's record is found: the directory's entry under its id, registered by the actor itself.
+impl Directory {
+    pub fn decision(&self, key: DecisionId) -> Option<Mailbox<DecisionMsg>> {
+        self.get(&key.to_string())
+    }
+    pub fn set_decision(&self, key: DecisionId, m: Mailbox<DecisionMsg>) {
+        self.set_mailbox(&key.to_string(), m);
+    }
+    /// Remove `key`'s entry if it still points at actor `id`.
+    pub fn remove_decision(&self, key: DecisionId, id: ractor::ActorId) {
+        self.remove_if::<Mailbox<DecisionMsg>>(&key.to_string(), id);
     }
 }

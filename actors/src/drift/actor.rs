@@ -80,13 +80,10 @@ impl Actor for DriftScheduler {
         {
             Ok(mut ix) => {
                 // Identities homed on other hosts, as the anchor puller last pulled them.
-                let remote = st
-                    .ctx
+                st.ctx
+                    .views
                     .remote_anchors
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                gates::with_remote(&mut ix, &remote);
+                    .with(|remote| gates::with_remote(&mut ix, remote));
                 Arc::new(ix)
             }
             Err(e) => {
@@ -187,10 +184,9 @@ impl Actor for DriftScheduler {
 /// Start `drift:PEER` under the root supervisor; returns its ref once it runs.
 async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>, FleetError> {
     let sup = ctx
-        .supervisor
-        .get()
-        .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?
-        .clone();
+        .dir
+        .supervisor()
+        .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?;
     let (c, p) = (ctx.clone(), peer.to_string());
     let spec = ChildSpec::actor(format!("drift:{peer}"), "drift", move || {
         let args = PullerArgs {

@@ -178,8 +178,25 @@ pub async fn notify_lead(ctx: &Arc<Ctx>, text: &str) {
     let Some(inj) = ctx.dir.injector(&lead.name) else {
         return;
     };
+    let number = match ctx.dir.tickets() {
+        Ok(desk) => {
+            desk.call(
+                |reply| crate::tickets::actor::DeskMsg::Number { reply },
+                Duration::from_secs(5),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let id = match number {
+        Ok(Ok(id)) => id,
+        Ok(Err(e)) | Err(e) => {
+            tracing::warn!(error = %e, "the lead is not told of a drift alert: no message number");
+            return;
+        }
+    };
     let msg = Message::new(
-        ctx.alloc_msg_id(),
+        id,
         lead.name.clone(),
         Party::Fleetd,
         None,

@@ -143,14 +143,7 @@ impl Fleet {
                 .cast(DecisionMsg::Panic);
             return Ok(());
         }
-        let hook = self
-            .ctx
-            .fault_hooks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(target)
-            .cloned();
-        if let Some(h) = hook {
+        if let Some(h) = self.ctx.fault_hook(target) {
             h();
             return Ok(());
         }
@@ -207,7 +200,7 @@ impl Fleet {
 
     /// Swap in a new config and tell every actor to re-read what it uses.
     pub async fn reload(&self, config: crate::config::Config) {
-        self.ctx.set_config(config);
+        self.config.publish(std::sync::Arc::new(config));
         if let Ok(r) = self.ctx.dir.registry() {
             r.cast(RegistryMsg::Reload);
         }

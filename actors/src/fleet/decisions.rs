@@ -51,19 +51,17 @@ impl Fleet {
             max_rounds,
             now,
         )?;
-        let id = self.ctx.alloc_decision_id();
-        let event = DecisionEvent::Open {
-            decision: id,
+        let open = NewDecision {
             subject: req.subject,
             slots: req.slots,
             deadline: crate::clock::rfc3339(deadline_ms),
             max_rounds,
         };
-        let entry = ledger_append(&self.ctx, author, event).await?;
+        let entry = crate::decision::actor::open(&self.ctx, author, open).await?;
         let d = Decision::opened(&entry).ok_or_else(|| {
             FleetError::internal("fleet_decision open", "the entry is not an open")
         })?;
-        self.ctx.put_decision(d.clone());
+        let id = d.id;
         self.ctx.events.emit(crate::events::EventKind::Decision {
             decision: id,
             action: "open".into(),

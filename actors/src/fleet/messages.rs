@@ -25,7 +25,6 @@ impl Fleet {
         via: Via,
     ) -> Result<Ticket, FleetError> {
         let c = self.ctx.config();
-        let msg_id = self.ctx.alloc_msg_id();
         let (to2, body2) = (to.clone(), body.clone());
         let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
         let desk = self.desk().await?;
@@ -39,7 +38,6 @@ impl Fleet {
                     kind,
                     from: from.clone(),
                     to: to2,
-                    msg: Some(msg_id),
                     body: body2,
                     ttl_ms,
                     defer: true,
@@ -64,6 +62,9 @@ impl Fleet {
                 .await
                 .and_then(|r| r.map(drop)),
             Via::Injector => {
+                let msg_id = ticket.msg.ok_or_else(|| {
+                    FleetError::internal("fleet_send", "the desk opened a ticket without a message")
+                })?;
                 let msg = Message::new(msg_id, to.clone(), from, Some(ticket.id), body);
                 match self.injector(to).await {
                     Some(i) => i

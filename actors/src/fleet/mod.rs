@@ -21,17 +21,22 @@ use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
 use crate::authz::{Action, authorize, coordinator_row_visible};
-use crate::ctx::{Mailbox, SharedCtx};
-use crate::decision::actor::{DecisionActor, DecisionArgs, DecisionMsg, append as ledger_append};
-use crate::decision::state::{Decision, DecisionEvent, authorize_decide, validate_open};
+use crate::config::Config;
+use crate::ctx::{LinkPublishers, Publishers, SharedCtx};
+use crate::decision::actor::{DecisionActor, DecisionArgs, DecisionMsg};
+use crate::decision::state::{Decision, authorize_decide, validate_open};
+use crate::directory::Mailbox;
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
 use crate::injector::state::{Message, ReceiptState};
-use crate::ledger::actor::{LedgerArgs, LedgerMsg, LedgerStatus, LedgerWriter};
+use crate::ledger::actor::{LedgerArgs, LedgerMsg, LedgerStatus, LedgerWriter, NewDecision};
 use crate::ledger::state::Entry;
 use crate::mail::actor::MailMsg;
-use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
+use crate::publish::Publisher;
+use crate::registry::actor::{
+    RegistryActor, RegistryArgs, RegistryMsg, SlotView as ArchitectSlotView,
+};
 use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
 use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
 use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
@@ -58,6 +63,8 @@ const RIDE_OUT: Duration = Duration::from_secs(5);
 pub struct Fleet {
     pub ctx: SharedCtx,
     sup: ActorRef<SupervisorMsg>,
+    /// The live config's one writer: a reload.
+    config: Publisher<Arc<Config>>,
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -70,23 +77,42 @@ fn member_name(s: &str) -> Result<MemberName, FleetError> {
 }
 
 impl Fleet {
-    /// Boot the actor tree: supervisor, registry, ticket desk, then re-adopt every member the
-    /// store remembers as live. Returns the fleet and the supervisor's join handle (it ends
-    /// when the daemon escalates or shuts down).
-    pub async fn boot(ctx: SharedCtx) -> Result<(Fleet, tokio::task::JoinHandle<()>), FleetError> {
-        let (sup, join) = Actor::spawn(None, Supervisor, ctx.clone())
+    /// Boot the actor tree: supervisor, registry, ticket desk, ledger writer, then re-adopt
+    /// every member the store remembers as live. Each read model's publisher goes to its owner
+    /// here, once; what the peer-host side publishes is returned for the daemon to hand on.
+    /// Returns the fleet and the supervisor's join handle (it ends when the daemon escalates or
+    /// shuts down).
+    pub async fn boot(
+        ctx: SharedCtx,
+        publishers: Publishers,
+    ) -> Result<(Fleet, tokio::task::JoinHandle<()>, LinkPublishers), FleetError> {
+        let Publishers {
+            config,
+            pids,
+            decisions,
+            escalation,
+            hosts,
+        } = publishers;
+        let (sup, join) = Actor::spawn(None, Supervisor, (ctx.clone(), escalation))
             .await
             .map_err(|e| FleetError::internal("daemon start", format!("supervisor: {e}")))?;
-        let _ = ctx.supervisor.set(sup.clone());
+        ctx.dir.set("", Some(sup.get_id()), sup.clone());
         let fleet = Fleet {
             ctx: ctx.clone(),
             sup,
+            config,
         };
         // The singletons: their directory entry is cleared when they end.
         for spec in [
             {
                 let c = ctx.clone();
-                ChildSpec::actor("registry", "registry", move || (RegistryActor, c.clone()))
+                ChildSpec::actor("registry", "registry", move || {
+                    let args = RegistryArgs {
+                        ctx: c.clone(),
+                        pids: pids.clone(),
+                    };
+                    (RegistryActor, args)
+                })
             },
             {
                 let c = ctx.clone();
@@ -95,13 +121,17 @@ impl Fleet {
             {
                 let c = ctx.clone();
                 ChildSpec::actor("ledger", "ledger", move || {
-                    (LedgerWriter, LedgerArgs { ctx: c.clone() })
+                    let args = LedgerArgs {
+                        ctx: c.clone(),
+                        decisions: decisions.clone(),
+                    };
+                    (LedgerWriter, args)
                 })
             },
         ] {
             let c = ctx.clone();
             fleet
-                .start_child(spec.on_down(move |id| c.dir.remove_singleton(id)))
+                .start_child(spec.on_down(move |id| c.dir.remove_actor(id)))
                 .await?;
         }
         let c = ctx.clone();
@@ -129,7 +159,7 @@ impl Fleet {
                 tracing::error!(member = %m.name, error = %e, "could not re-adopt member");
             }
         }
-        Ok((fleet, join))
+        Ok((fleet, join, hosts))
     }
 
     /// Start a supervised child.

@@ -52,11 +52,12 @@ impl Fleet {
             .unwrap_or_default();
         // Mail from other hosts' leads that is not in the queue yet (no live primary to take it).
         let (remote, remote_total) = {
-            let v = self.ctx.mail_view.read().unwrap_or_else(|p| p.into_inner());
-            (
-                v.held.iter().take(3).cloned().collect::<Vec<_>>(),
-                v.held_total,
-            )
+            self.ctx.views.mail.with(|v| {
+                (
+                    v.held.iter().take(3).cloned().collect::<Vec<_>>(),
+                    v.held_total,
+                )
+            })
         };
         let n = held.len() + remote_total;
         CoordinatorRow {
@@ -111,12 +112,7 @@ impl Fleet {
             _ => vec![],
         };
         let now = self.ctx.now();
-        let escalation = self
-            .ctx
-            .escalation
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let escalation = self.ctx.escalation();
         Ok(DaemonStatus {
             host: self.ctx.config().daemon.host.clone(),
             version: env!("CARGO_PKG_VERSION"),

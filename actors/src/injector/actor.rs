@@ -7,7 +7,8 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
 
-use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::ctx::SharedCtx;
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::injector::state::{Effect, Injector, InjectorLimits, Message, ReceiptState, TargetView};
@@ -15,6 +16,7 @@ use crate::slot::actor::SlotMsg;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::Ticket;
+use crate::timer::Timer;
 use crate::types::{MemberName, MsgId, Status, TicketId, Written};
 
 pub enum InjectorMsg {
@@ -368,5 +370,26 @@ impl Actor for InjectorActor {
         }
         st.rearm(&myself);
         Ok(())
+    }
+}
+
+/// How a member's injector is found: the directory's entry under its member name, registered by the actor itself.
+impl Directory {
+    pub fn injector(&self, key: &MemberName) -> Option<Mailbox<InjectorMsg>> {
+        self.get(&key.to_string())
+    }
+    pub fn set_injector(&self, key: &MemberName, m: Mailbox<InjectorMsg>) {
+        self.set_mailbox(&key.to_string(), m);
+    }
+    /// Remove `key`'s entry if it still points at actor `id`.
+    pub fn remove_injector(&self, key: &MemberName, id: ractor::ActorId) {
+        self.remove_if::<Mailbox<InjectorMsg>>(&key.to_string(), id);
+    }
+    /// Every member that has an injector now.
+    pub fn injector_names(&self) -> Vec<MemberName> {
+        self.keys::<Mailbox<InjectorMsg>>()
+            .into_iter()
+            .filter_map(|k| MemberName::new(&k).ok())
+            .collect()
     }
 }

@@ -5,7 +5,9 @@
 //! host key) are written after the entries they cover are synced, never before. At start the
 //! writer recovers the file: a torn final line (a crash mid-append) is reported and truncated to
 //! the last whole line; the file is verified; checkpoints a crash kept from being written are
-//! written; the decisions are replayed into the read model. A ledger that fails verification is
+//! written; the decisions are replayed into the board. The writer owns the board (every
+//! decision as the ledger holds it, published for status and list) and hands out decision ids
+//! from it: each synced entry is applied to it before its caller is answered. A ledger that fails verification is
 //! not appended to (decisions are refused, naming the bad line); the rest of the daemon runs.
 //! Must never rewrite or reorder a line.
 
@@ -16,10 +18,13 @@ use std::sync::{Arc, Mutex};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
 
-use crate::ctx::{Mailbox, SharedCtx};
-use crate::decision::state::{DecisionEvent, replay};
+use crate::ctx::SharedCtx;
+use crate::decision::state::{Board, DecisionEvent, Refused};
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::ledger::state::{Author, Entry, LedgerCore, SyncTimes, entries, resume, verify};
+use crate::publish::Publisher;
+use crate::types::DecisionId;
 
 /// Largest ledger file the daemon reads at start.
 pub const MAX_LEDGER_BYTES: u64 = 1 << 30;
@@ -34,6 +39,29 @@ pub enum LedgerMsg {
     Status {
         reply: RpcReplyPort<LedgerStatus>,
     },
+    /// Append the `open` of a new decision, under the next decision id the board hands out.
+    Open {
+        author: Author,
+        open: NewDecision,
+        reply: RpcReplyPort<Result<Entry, FleetError>>,
+    },
+    /// The positions refused on decision `decision` (kept in the store, not in the ledger) are
+    /// now `refused`: the board shows them.
+    Refused {
+        decision: DecisionId,
+        refused: Vec<Refused>,
+        reply: RpcReplyPort<()>,
+    },
+}
+
+/// A decision to open, before the ledger gives it its id.
+#[derive(Debug)]
+pub struct NewDecision {
+    pub subject: String,
+    pub slots: Vec<String>,
+    /// RFC 3339.
+    pub deadline: String,
+    pub max_rounds: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -49,6 +77,8 @@ pub struct LedgerStatus {
 
 pub struct LedgerArgs {
     pub ctx: SharedCtx,
+    /// The board's one writer is the ledger writer.
+    pub decisions: Publisher<Board>,
 }
 
 pub struct LedgerWriter;
@@ -58,6 +88,7 @@ type Pending = (Entry, String, RpcReplyPort<Result<Entry, FleetError>>);
 
 pub struct LedgerState {
     ctx: SharedCtx,
+    decisions: Publisher<Board>,
     path: PathBuf,
     core: Option<LedgerCore>,
     file: Arc<Mutex<Option<std::fs::File>>>,
@@ -240,6 +271,33 @@ fn open_ledger(
 }
 
 impl LedgerState {
+    /// Queue an entry for the next group commit (or refuse it: the ledger is broken).
+    fn append(
+        &mut self,
+        myself: &ActorRef<LedgerMsg>,
+        author: Author,
+        event: DecisionEvent,
+        reply: RpcReplyPort<Result<Entry, FleetError>>,
+    ) {
+        let now = self.ctx.now();
+        match (&self.broken, self.core.as_mut()) {
+            (None, Some(core)) => {
+                let (entry, line) = core.append(author, event, now);
+                self.pending.push((entry, line, reply));
+                if !self.flush_queued {
+                    self.flush_queued = true;
+                    let _ = myself.cast(LedgerMsg::Flush);
+                }
+            }
+            (why, _) => {
+                let why = why
+                    .clone()
+                    .unwrap_or_else(|| "the ledger is not open".into());
+                let _ = reply.send(Err(FleetError::unavailable("the decision ledger", why)));
+            }
+        }
+    }
+
     /// Write and sync everything waiting: first the checkpoints of the last synced batch, then
     /// the new entries; answer the entries' callers; then sign the checkpoints of these entries,
     /// to go out with the next write (a `Flush` is queued for them, so an idle ledger still gets
@@ -287,6 +345,12 @@ impl LedgerState {
             }
             return;
         }
+        // The board shows an entry once it is synced, and before its caller hears of it.
+        self.decisions.modify(|board| {
+            for (entry, _, _) in &batch {
+                board.apply(entry);
+            }
+        });
         for (entry, _, reply) in batch {
             let _ = reply.send(Ok(entry));
         }
@@ -326,19 +390,14 @@ impl Actor for LedgerWriter {
         );
         let opened =
             tokio::task::spawn_blocking(move || open_ledger(&p2, &origin, every, &key)).await??;
-        // Replay the decisions into the read model, with the refusals the store kept.
-        let mut ds = replay(&entries(&opened.text));
+        // Replay the decisions into the board, with the refusals the store kept.
         let refused = ctx
             .store
             .run(|s| s.load_refusals())
             .await
             .unwrap_or_default();
-        for (id, r) in refused {
-            if let Some(d) = ds.get_mut(&id) {
-                d.refused = r;
-            }
-        }
-        ctx.set_decisions(ds);
+        args.decisions
+            .publish(Board::replay(&entries(&opened.text), refused));
         ctx.dir.set_ledger(Some(Mailbox::new(
             myself.clone(),
             ctx.mailbox_cap(),
@@ -346,6 +405,7 @@ impl Actor for LedgerWriter {
         )));
         Ok(LedgerState {
             ctx,
+            decisions: args.decisions,
             path,
             core: opened.core,
             file: Arc::new(Mutex::new(opened.file)),
@@ -372,7 +432,7 @@ impl Actor for LedgerWriter {
             }
         })
         .await;
-        st.ctx.dir.remove_singleton(myself.get_id());
+        st.ctx.dir.remove_actor(myself.get_id());
         Ok(())
     }
 
@@ -387,25 +447,32 @@ impl Actor for LedgerWriter {
                 author,
                 event,
                 reply,
+            } => st.append(&myself, author, event, reply),
+            LedgerMsg::Open {
+                author,
+                open,
+                reply,
             } => {
-                let now = st.ctx.now();
-                match (&st.broken, st.core.as_mut()) {
-                    (None, Some(core)) => {
-                        let (entry, line) = core.append(author, event, now);
-                        st.pending.push((entry, line, reply));
-                        if !st.flush_queued {
-                            st.flush_queued = true;
-                            let _ = myself.cast(LedgerMsg::Flush);
-                        }
-                    }
-                    (why, _) => {
-                        let why = why
-                            .clone()
-                            .unwrap_or_else(|| "the ledger is not open".into());
-                        let _ =
-                            reply.send(Err(FleetError::unavailable("the decision ledger", why)));
-                    }
+                let mut id = DecisionId(0);
+                if st.broken.is_none() && st.core.is_some() {
+                    st.decisions.modify(|b| id = b.allocate());
                 }
+                let event = DecisionEvent::Open {
+                    decision: id,
+                    subject: open.subject,
+                    slots: open.slots,
+                    deadline: open.deadline,
+                    max_rounds: open.max_rounds,
+                };
+                st.append(&myself, author, event, reply);
+            }
+            LedgerMsg::Refused {
+                decision,
+                refused,
+                reply,
+            } => {
+                st.decisions.modify(|b| b.set_refused(decision, refused));
+                let _ = reply.send(());
             }
             LedgerMsg::Flush => st.flush(&myself).await,
             LedgerMsg::Status { reply } => {
@@ -428,5 +495,19 @@ impl Actor for LedgerWriter {
             }
         }
         Ok(())
+    }
+}
+
+/// How the ledger writer is found: the directory's entry for it, registered by the actor itself.
+impl Directory {
+    pub fn ledger(&self) -> Result<Mailbox<LedgerMsg>, FleetError> {
+        self.get::<Mailbox<LedgerMsg>>("")
+            .ok_or_else(|| FleetError::unavailable("the ledger writer", "it is restarting"))
+    }
+    pub fn set_ledger(&self, m: Option<Mailbox<LedgerMsg>>) {
+        match m {
+            Some(m) => self.set_mailbox("", m),
+            None => self.remove::<Mailbox<LedgerMsg>>(""),
+        }
     }
 }

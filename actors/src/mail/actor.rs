@@ -16,16 +16,19 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::ctx::SharedCtx;
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::fleet::Fleet;
 use crate::mail::state::{
     Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of, report_of,
 };
+use crate::publish::Publisher;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::{Origin, RemoteUpdate, Ticket};
+use crate::timer::Timer;
 use crate::types::{Millis, Role, TicketId};
 
 /// Sends one batch to a peer and returns the peer's high-water mark; provided by the binary
@@ -90,6 +93,8 @@ pub enum MailMsg {
 pub struct MailArgs {
     pub fleet: Fleet,
     pub transport: Transport,
+    /// The post office is the one writer of its view.
+    pub view: Publisher<MailView>,
 }
 
 pub struct MailActor;
@@ -106,6 +111,7 @@ pub struct MailState {
     ctx: SharedCtx,
     fleet: Fleet,
     transport: Transport,
+    view: Publisher<MailView>,
     core: Postbox,
     /// Queued while a commit runs: they go in the next one, together (group commit).
     group: Vec<Queued>,
@@ -117,17 +123,7 @@ pub struct MailState {
     feed: tokio::task::JoinHandle<()>,
 }
 
-/// What `fleet_list`'s coordinator row and `fleetd peers` show of the post office.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct MailView {
-    /// Mail received for the lead and not yet in its queue (no live primary yet), previewed:
-    /// the oldest `HELD_PREVIEW` of them.
-    pub held: Vec<String>,
-    /// How many are held in all.
-    pub held_total: usize,
-    /// Envelopes waiting for each peer to hold them.
-    pub outbox: BTreeMap<String, usize>,
-}
+pub use crate::mail::view::MailView;
 
 impl MailState {
     fn publish(&self) {
@@ -151,15 +147,11 @@ impl MailState {
             .peers()
             .map(|p| (p.clone(), self.core.depth(p)))
             .collect();
-        *self
-            .ctx
-            .mail_view
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = MailView {
+        self.view.publish(MailView {
             held,
             held_total,
             outbox,
-        };
+        });
     }
 
     fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
@@ -561,6 +553,7 @@ impl Actor for MailActor {
             ctx,
             fleet: a.fleet,
             transport: a.transport,
+            view: a.view,
             core,
             inbox,
             group: vec![],
@@ -715,5 +708,18 @@ impl Actor for MailActor {
             .map_or(now + SWEEP_MS, |d| d.min(now + SWEEP_MS));
         st.timer.arm(&myself, Some(at), now, || MailMsg::Sweep);
         Ok(())
+    }
+}
+
+/// How the post office (lead-to-lead mail; only with links configured) is found: the directory's entry for it, registered by the actor itself.
+impl Directory {
+    pub fn mail(&self) -> Option<Mailbox<MailMsg>> {
+        self.get::<Mailbox<MailMsg>>("")
+    }
+    pub fn set_mail(&self, m: Option<Mailbox<MailMsg>>) {
+        match m {
+            Some(m) => self.set_mailbox("", m),
+            None => self.remove::<Mailbox<MailMsg>>(""),
+        }
     }
 }

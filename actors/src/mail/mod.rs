@@ -4,4 +4,4 @@
 //! lead's injector, receipts and answers back to the sender).
 
 pub mod actor;
-pub use fleetd_core::mail::state;
+pub use fleetd_core::mail::{state, view};

@@ -6,14 +6,17 @@ use std::collections::HashMap;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::ctx::SharedCtx;
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
+use crate::publish::Publisher;
 use crate::registry::state::{
-    ExitInfo, MemberRecord, Registry, RegistryLimits, Reservation, ReserveOutcome, ReserveRequest,
-    SlotState, WaiterOutcome,
+    ExitInfo, MemberRecord, PidIndex, Registry, RegistryLimits, Reservation, ReserveOutcome,
+    ReserveRequest, SlotState, WaiterOutcome,
 };
-use crate::types::{MemberIdentity, MemberName, Status};
+use crate::timer::Timer;
+use crate::types::{MemberName, Status};
 
 pub enum RegistryMsg {
     Reserve {
@@ -78,8 +81,16 @@ pub struct SlotView {
 
 pub struct RegistryActor;
 
+/// What the registry starts with: the services, and the publisher of the pid index (the
+/// registry is its one writer).
+pub struct RegistryArgs {
+    pub ctx: SharedCtx,
+    pub pids: Publisher<PidIndex>,
+}
+
 pub struct RegistryState {
     ctx: SharedCtx,
+    pids: Publisher<PidIndex>,
     core: Registry,
     waiters: HashMap<u64, RpcReplyPort<Result<Reservation, FleetError>>>,
     next_waiter: u64,
@@ -96,14 +107,6 @@ fn limits(ctx: &SharedCtx) -> RegistryLimits {
 }
 
 impl RegistryState {
-    fn identity(m: &MemberRecord) -> MemberIdentity {
-        MemberIdentity {
-            name: m.name.clone(),
-            role: m.role,
-            slot: m.slot.clone(),
-        }
-    }
-
     /// Answer queued spawns; a grant whose caller has gone away is released at once (which may
     /// grant the next waiter in turn).
     fn answer(&mut self, outcomes: Vec<WaiterOutcome>) {
@@ -133,20 +136,22 @@ impl RegistryState {
 impl Actor for RegistryActor {
     type Msg = RegistryMsg;
     type State = RegistryState;
-    type Arguments = SharedCtx;
+    type Arguments = RegistryArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<RegistryMsg>,
-        ctx: SharedCtx,
+        RegistryArgs { ctx, pids }: RegistryArgs,
     ) -> Result<RegistryState, ActorProcessingErr> {
         let members = ctx.store.run(|s| s.load_members()).await?;
         let config = ctx.config();
-        for m in members.iter().filter(|m| m.is_live()) {
-            if let Some(pid) = m.pid {
-                ctx.set_pid(pid, RegistryState::identity(m));
+        pids.modify(|ix| {
+            for m in members.iter().filter(|m| m.is_live()) {
+                if let Some(pid) = m.pid {
+                    ix.set(pid, m.identity());
+                }
             }
-        }
+        });
         let core = Registry::new(config.architects.keys().cloned(), members, limits(&ctx));
         ctx.dir.set_registry(Some(Mailbox::new(
             myself.clone(),
@@ -155,6 +160,7 @@ impl Actor for RegistryActor {
         )));
         Ok(RegistryState {
             ctx,
+            pids,
             core,
             waiters: HashMap::new(),
             next_waiter: 1,
@@ -223,7 +229,7 @@ impl Actor for RegistryActor {
                         if res.is_ok()
                             && let Some(pid) = record.pid
                         {
-                            st.ctx.set_pid(pid, RegistryState::identity(&record));
+                            st.pids.modify(|ix| ix.set(pid, record.identity()));
                         }
                         let _ = reply.send(res);
                     }
@@ -239,7 +245,7 @@ impl Actor for RegistryActor {
             RegistryMsg::Released { name, exit, reply } => {
                 let was_live = st.core.member(&name).is_some_and(|m| m.is_live());
                 let out = st.core.released(&name, exit.clone(), now);
-                st.ctx.clear_pid(&name);
+                st.pids.modify(|ix| ix.clear(&name));
                 if was_live && let Some(rec) = st.core.member(&name).cloned() {
                     if let Err(e) = st.ctx.store.run(move |s| s.save_member(&rec)).await {
                         tracing::error!(member = %name, error = %e, "could not persist a member's exit");
@@ -277,7 +283,7 @@ impl Actor for RegistryActor {
                 st.core.set_pids(&name, pid, host_pid);
                 if let Some(rec) = st.core.member(&name).cloned() {
                     if let Some(pid) = pid {
-                        st.ctx.set_pid(pid, RegistryState::identity(&rec));
+                        st.pids.modify(|ix| ix.set(pid, rec.identity()));
                     }
                     if let Err(e) = st.ctx.store.run(move |s| s.save_member(&rec)).await {
                         tracing::error!(error = %e, "could not persist member pids");
@@ -334,5 +340,19 @@ impl Actor for RegistryActor {
         }
         st.rearm(&myself);
         Ok(())
+    }
+}
+
+/// How the registry is found: the directory's entry for it, registered by the actor itself.
+impl Directory {
+    pub fn registry(&self) -> Result<Mailbox<RegistryMsg>, FleetError> {
+        self.get::<Mailbox<RegistryMsg>>("")
+            .ok_or_else(|| FleetError::unavailable("the registry", "it is restarting"))
+    }
+    pub fn set_registry(&self, m: Option<Mailbox<RegistryMsg>>) {
+        match m {
+            Some(m) => self.set_mailbox("", m),
+            None => self.remove::<Mailbox<RegistryMsg>>(""),
+        }
     }
 }

@@ -10,7 +10,8 @@ use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 
 use crate::config::{CompiledProfile, Profile};
-use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::ctx::SharedCtx;
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::injector::actor::InjectorMsg;
@@ -19,6 +20,7 @@ use crate::registry::actor::RegistryMsg;
 use crate::registry::state::{ExitInfo, MemberRecord};
 use crate::slot::state::{Cause, Effect, Signal, SlotCore, SlotSettings};
 use crate::term::{TermEvent, TermHandle, TermInput};
+use crate::timer::Timer;
 use crate::types::{MemberName, Millis, MsgId, Role, Status, Written};
 
 /// Output chunks in flight from a terminal to its slot; the reader waits past this.
@@ -667,5 +669,19 @@ impl Actor for SlotActor {
         }
         st.rearm(&myself);
         Ok(())
+    }
+}
+
+/// How a member's slot is found: the directory's entry under its member name, registered by the actor itself.
+impl Directory {
+    pub fn slot(&self, key: &MemberName) -> Option<Mailbox<SlotMsg>> {
+        self.get(&key.to_string())
+    }
+    pub fn set_slot(&self, key: &MemberName, m: Mailbox<SlotMsg>) {
+        self.set_mailbox(&key.to_string(), m);
+    }
+    /// Remove `key`'s entry if it still points at actor `id`.
+    pub fn remove_slot(&self, key: &MemberName, id: ractor::ActorId) {
+        self.remove_if::<Mailbox<SlotMsg>>(&key.to_string(), id);
     }
 }

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::ctx::SharedCtx;
 use crate::error::FleetError;
 use crate::events::EventKind;
+use crate::publish::Publisher;
 use crate::supervisor::policy::{Decision, ExitKind, RestartTracker};
 use crate::term::BoxFut;
 
@@ -214,6 +215,8 @@ pub struct Supervisor;
 
 pub struct SupervisorState {
     ctx: SharedCtx,
+    /// Why the daemon escalated: this supervisor is the one writer of it.
+    escalation: Publisher<Option<String>>,
     children: Vec<Child>,
     shutting_down: bool,
     /// Restarts of all children together, against the supervisor's own intensity (OTP's).
@@ -312,11 +315,7 @@ impl SupervisorState {
             Decision::Escalate { reason } => {
                 let reason = format!("{reason}; last failure: {detail}");
                 tracing::error!(child = %id, %reason, "restart limit exceeded; the daemon escalates and exits");
-                *self
-                    .ctx
-                    .escalation
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                self.escalation.publish(Some(reason.clone()));
                 self.ctx.events.emit(EventKind::Escalated {
                     reason: reason.clone(),
                 });
@@ -337,16 +336,17 @@ impl SupervisorState {
 impl Actor for Supervisor {
     type Msg = SupervisorMsg;
     type State = SupervisorState;
-    type Arguments = SharedCtx;
+    type Arguments = (SharedCtx, Publisher<Option<String>>);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<SupervisorMsg>,
-        ctx: SharedCtx,
+        (ctx, escalation): (SharedCtx, Publisher<Option<String>>),
     ) -> Result<SupervisorState, ActorProcessingErr> {
         let overall = RestartTracker::new(ctx.config().supervisor_intensity());
         Ok(SupervisorState {
             ctx,
+            escalation,
             children: vec![],
             shutting_down: false,
             overall,
@@ -473,5 +473,13 @@ impl Actor for Supervisor {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// How the root supervisor is found (by actors that start siblings: the drift scheduler's
+/// pullers, the peer links).
+impl crate::directory::Directory {
+    pub fn supervisor(&self) -> Option<ActorRef<SupervisorMsg>> {
+        self.get("")
     }
 }

@@ -6,23 +6,25 @@ use std::collections::HashMap;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::ctx::{Mailbox, SharedCtx, Timer};
+use crate::ctx::SharedCtx;
+use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::store::Batch;
 use crate::tickets::state::{
     Desk, Effect, Origin, RemoteReceipt, RemoteUpdate, Ticket, TicketKind,
 };
+use crate::timer::Timer;
 use crate::types::{Caller, MemberName, Millis, MsgId, Party, TicketId};
 
 pub enum DeskMsg {
     /// Open a ticket. With `defer`, the new ticket is not committed here: the caller commits it
     /// with the message that carries it (one transaction per send) and then sends `Known`.
+    /// Open a ticket for a message the desk numbers (`Ticket::msg`).
     Open {
         kind: TicketKind,
         from: Party,
         to: MemberName,
-        msg: Option<MsgId>,
         body: String,
         ttl_ms: Millis,
         defer: bool,
@@ -30,6 +32,10 @@ pub enum DeskMsg {
         remote: Option<Box<RemoteReceipt>>,
         origin: Option<Origin>,
         reply: RpcReplyPort<Result<Ticket, FleetError>>,
+    },
+    /// Number a message that has no ticket (one from `fleetd` itself, e.g. a drift alert).
+    Number {
+        reply: RpcReplyPort<Result<MsgId, FleetError>>,
     },
     /// The receiving host reported on tickets this host sent it (committed together).
     Remote {
@@ -131,6 +137,7 @@ impl DeskState {
                 Effect::WaitExpired { waiter, ticket } => {
                     wakes.push((waiter, WaitOutcome::TimedOut(ticket)))
                 }
+                Effect::ReserveMsgIds(n) => batch.msg_reserved = Some(n),
             }
         }
         if !batch.is_empty() {
@@ -173,7 +180,8 @@ impl Actor for DeskActor {
         ctx: SharedCtx,
     ) -> Result<DeskState, ActorProcessingErr> {
         let (tickets, next) = ctx.store.run(|s| s.load_tickets()).await?;
-        let core = Desk::new(tickets, next, ctx.config().tickets.retention);
+        let msg_floor = ctx.store.run(|s| s.msg_floor()).await?;
+        let core = Desk::new(tickets, next, ctx.config().tickets.retention, msg_floor);
         ctx.dir.set_tickets(Some(Mailbox::new(
             myself.clone(),
             ctx.mailbox_cap(),
@@ -228,11 +236,15 @@ impl Actor for DeskActor {
     ) -> Result<(), ActorProcessingErr> {
         let now = st.ctx.now();
         match msg {
+            DeskMsg::Number { reply } => {
+                let (msg, fx) = st.core.number_message();
+                let r = st.perform(fx).await.map(|_| msg);
+                let _ = reply.send(r);
+            }
             DeskMsg::Open {
                 kind,
                 from,
                 to,
-                msg,
                 body,
                 ttl_ms,
                 defer,
@@ -240,17 +252,19 @@ impl Actor for DeskActor {
                 origin,
                 reply,
             } => {
-                let (t, mut fx) = st.core.open(
+                let (msg, mut fx) = st.core.number_message();
+                let (t, open_fx) = st.core.open(
                     kind,
                     from,
                     to,
-                    msg,
+                    Some(msg),
                     &body,
                     ttl_ms,
                     now,
                     remote.map(|r| *r),
                     origin,
                 );
+                fx.extend(open_fx);
                 if defer {
                     fx.retain(|e| !matches!(e, Effect::Save(x) if x.id == t.id));
                 }
@@ -391,5 +405,19 @@ impl Actor for DeskActor {
         }
         st.rearm(&myself);
         Ok(())
+    }
+}
+
+/// How the ticket desk is found: the directory's entry for it, registered by the actor itself.
+impl Directory {
+    pub fn tickets(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
+        self.get::<Mailbox<DeskMsg>>("")
+            .ok_or_else(|| FleetError::unavailable("the ticket desk", "it is restarting"))
+    }
+    pub fn set_tickets(&self, m: Option<Mailbox<DeskMsg>>) {
+        match m {
+            Some(m) => self.set_mailbox("", m),
+            None => self.remove::<Mailbox<DeskMsg>>(""),
+        }
     }
 }

@@ -521,6 +521,77 @@ pub fn replay(entries: &[Entry]) -> BTreeMap<DecisionId, Decision> {
     out
 }
 
+/// Every decision as the ledger records them (with the refusals kept beside it), and the next
+/// decision id. The ledger writer owns it: it allocates each `open`'s id and applies each entry
+/// once the entry is synced, so the board never shows what the file does not hold.
+#[derive(Clone, Debug, Default)]
+pub struct Board {
+    decisions: BTreeMap<DecisionId, Decision>,
+    next: u64,
+}
+
+impl Board {
+    /// The board of a ledger's entries, with the refusals the store kept.
+    pub fn replay(entries: &[Entry], refused: Vec<(DecisionId, Vec<Refused>)>) -> Board {
+        let mut decisions = replay(entries);
+        for (id, r) in refused {
+            if let Some(d) = decisions.get_mut(&id) {
+                d.refused = r;
+            }
+        }
+        let next = decisions.keys().map(|d| d.0).max().unwrap_or(0) + 1;
+        Board { decisions, next }
+    }
+
+    /// The id of the next decision opened (never one the ledger holds or has handed out).
+    pub fn allocate(&mut self) -> DecisionId {
+        let id = DecisionId(self.next.max(1));
+        self.next = id.0 + 1;
+        id
+    }
+
+    /// Apply one synced entry.
+    pub fn apply(&mut self, e: &Entry) {
+        match &e.event {
+            DecisionEvent::Open { decision, .. } => {
+                if let Some(d) = Decision::opened(e) {
+                    self.next = self.next.max(decision.0 + 1);
+                    self.decisions.insert(*decision, d);
+                }
+            }
+            other => {
+                if let Some(d) = self.decisions.get_mut(&other.decision()) {
+                    d.apply(e);
+                }
+            }
+        }
+    }
+
+    /// The refusals now kept for decision `id`.
+    pub fn set_refused(&mut self, id: DecisionId, refused: Vec<Refused>) {
+        if let Some(d) = self.decisions.get_mut(&id) {
+            d.refused = refused;
+        }
+    }
+
+    pub fn get(&self, id: DecisionId) -> Option<&Decision> {
+        self.decisions.get(&id)
+    }
+
+    /// Every decision, by id.
+    pub fn all(&self) -> impl Iterator<Item = &Decision> {
+        self.decisions.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.decisions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.decisions.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -808,6 +879,48 @@ mod tests {
             live.refused.clear();
             prop_assert_eq!(r.records.len(), live.records.len());
             prop_assert_eq!(r.closed.is_some(), live.closed.is_some());
+            // The ledger writer's board, fed one synced entry at a time, is the replay.
+            let mut board = Board::default();
+            for e in &all {
+                board.apply(e);
+            }
+            let b = board.get(d.id).cloned().unwrap();
+            prop_assert_eq!(b.records.len(), r.records.len());
+            prop_assert_eq!(b.closed.is_some(), r.closed.is_some());
+            prop_assert_eq!(board.allocate(), DecisionId(d.id.0 + 1));
         }
+    }
+
+    #[test]
+    fn the_board_hands_out_ids_past_every_decision_it_holds() {
+        let (mut ledger, _) = LedgerCore::create("fleetd/test/ledger", 16);
+        let open = |ledger: &mut LedgerCore, id: u64| {
+            let ev = DecisionEvent::Open {
+                decision: DecisionId(id),
+                subject: "pick a db".into(),
+                slots: vec!["opus".into()],
+                deadline: crate::clock::rfc3339(5_000),
+                max_rounds: 1,
+            };
+            ledger
+                .append(authorize_decide(&lead(), "open").unwrap(), ev, 0)
+                .0
+        };
+        let first = open(&mut ledger, 1);
+        let mut board = Board::replay(std::slice::from_ref(&first), vec![(DecisionId(9), vec![])]);
+        assert_eq!(board.len(), 1, "refusals of an unknown decision add none");
+        assert_eq!(board.allocate(), DecisionId(2));
+        assert_eq!(
+            board.allocate(),
+            DecisionId(3),
+            "an id is never handed out twice"
+        );
+        let mut empty = Board::default();
+        assert!(empty.is_empty());
+        assert_eq!(empty.allocate(), DecisionId(1));
+        // An id that reached the ledger past the counter moves the counter past it.
+        empty.apply(&open(&mut ledger, 7));
+        assert_eq!(empty.allocate(), DecisionId(8));
+        assert!(empty.get(DecisionId(7)).is_some_and(|d| d.is_open()));
     }
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorKind, FleetError};
-use crate::types::{MemberName, Millis, Party, Role, Status};
+use crate::types::{MemberIdentity, MemberName, Millis, Party, Role, Status};
 
 /// Why and when a member ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,7 +66,45 @@ pub struct Worktree {
     pub base: String,
 }
 
+/// Which member each live root pid is, as the daemon resolves callers by it (a caller's
+/// process ancestry is walked against it). The registry publishes it; `version` changes with
+/// every change, so a caller resolved as outside every member is kept only until a member is
+/// registered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PidIndex {
+    pub version: u64,
+    by_pid: std::collections::HashMap<u32, MemberIdentity>,
+}
+
+impl PidIndex {
+    /// `who` now runs as `pid` (any pid it had before is forgotten).
+    pub fn set(&mut self, pid: u32, who: MemberIdentity) {
+        self.by_pid.retain(|_, m| m.name != who.name);
+        self.by_pid.insert(pid, who);
+        self.version += 1;
+    }
+
+    /// `name` runs as no pid any more.
+    pub fn clear(&mut self, name: &MemberName) {
+        self.by_pid.retain(|_, m| &m.name != name);
+        self.version += 1;
+    }
+
+    pub fn member(&self, pid: u32) -> Option<&MemberIdentity> {
+        self.by_pid.get(&pid)
+    }
+}
+
 impl MemberRecord {
+    /// Who this member is to Authz.
+    pub fn identity(&self) -> MemberIdentity {
+        MemberIdentity {
+            name: self.name.clone(),
+            role: self.role,
+            slot: self.slot.clone(),
+        }
+    }
+
     pub fn is_live(&self) -> bool {
         self.status != Status::Exited
     }
@@ -632,6 +670,24 @@ pub fn live_primary<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pid_index_keeps_one_pid_per_member_and_counts_changes() {
+        let who = |n: &str| MemberIdentity {
+            name: MemberName::new(n).unwrap(),
+            role: Role::Worker,
+            slot: None,
+        };
+        let mut ix = PidIndex::default();
+        ix.set(10, who("w1"));
+        ix.set(20, who("w2"));
+        ix.set(11, who("w1"));
+        assert_eq!(ix.member(10), None, "w1's old pid is forgotten");
+        assert_eq!(ix.member(11), Some(&who("w1")));
+        assert_eq!(ix.version, 3);
+        ix.clear(&MemberName::new("w2").unwrap());
+        assert_eq!((ix.member(20), ix.version), (None, 4));
+    }
     use proptest::prelude::*;
 
     fn n(s: &str) -> MemberName {

@@ -164,7 +164,14 @@ pub enum Effect {
     Wake { waiter: u64, ticket: Ticket },
     /// A waiter's bounded wait ran out: answer it with the still-open ticket.
     WaitExpired { waiter: u64, ticket: Ticket },
+    /// Record durably that message numbers up to this one may have been handed out, before
+    /// any of them is (so no restart hands one out twice).
+    ReserveMsgIds(u64),
 }
+
+/// How many message numbers one durable reservation covers: one store write per this many
+/// messages.
+pub const MSG_ID_BLOCK: u64 = 1024;
 
 #[derive(Clone, Debug)]
 struct Waiter {
@@ -180,6 +187,9 @@ pub struct Desk {
     waiters: Vec<Waiter>,
     next_id: u64,
     retention: usize,
+    /// The next message number, and the highest one durably reserved.
+    next_msg: u64,
+    msg_reserved: u64,
 }
 
 /// A message's text, as every send, reply and ask takes it: not empty, and at most `max`
@@ -231,14 +241,35 @@ pub fn subject_of(body: &str) -> String {
 }
 
 impl Desk {
-    pub fn new(tickets: Vec<Ticket>, next_id: u64, retention: usize) -> Self {
+    /// The desk over the stored tickets. `msg_floor` is the highest message number that may
+    /// have been handed out before (the larger of the highest stored message and the last
+    /// durable reservation): numbering resumes above it.
+    pub fn new(tickets: Vec<Ticket>, next_id: u64, retention: usize, msg_floor: u64) -> Self {
         let max_id = tickets.iter().map(|t| t.id.0).max().unwrap_or(0);
+        let max_msg = tickets.iter().filter_map(|t| t.msg).map(|m| m.0).max();
+        let floor = msg_floor.max(max_msg.unwrap_or(0));
         Desk {
             tickets: tickets.into_iter().map(|t| (t.id, t)).collect(),
             waiters: vec![],
             next_id: next_id.max(max_id + 1),
             retention,
+            next_msg: floor + 1,
+            msg_reserved: floor,
         }
+    }
+
+    /// The next message number: every message the daemon queues (a ticket's, or one from
+    /// `fleetd` itself) is numbered here. Past the durable reservation, the effects reserve the
+    /// next block first.
+    pub fn number_message(&mut self) -> (MsgId, Vec<Effect>) {
+        let id = self.next_msg;
+        self.next_msg += 1;
+        let mut fx = vec![];
+        if id > self.msg_reserved {
+            self.msg_reserved = id + MSG_ID_BLOCK - 1;
+            fx.push(Effect::ReserveMsgIds(self.msg_reserved));
+        }
+        (MsgId(id), fx)
     }
 
     pub fn set_retention(&mut self, retention: usize) {
@@ -683,6 +714,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn messages_are_numbered_once_across_restarts() {
+        let mut d = Desk::new(vec![], 1, 100, 0);
+        let (first, fx) = d.number_message();
+        assert_eq!(first, MsgId(1));
+        assert!(matches!(fx.as_slice(), [Effect::ReserveMsgIds(n)] if *n == MSG_ID_BLOCK));
+        let mut last = first;
+        for _ in 1..MSG_ID_BLOCK {
+            let (m, fx) = d.number_message();
+            assert!(fx.is_empty(), "inside the reserved block");
+            assert_eq!(m.0, last.0 + 1);
+            last = m;
+        }
+        let (m, fx) = d.number_message();
+        assert_eq!(m.0, MSG_ID_BLOCK + 1);
+        assert!(matches!(fx.as_slice(), [Effect::ReserveMsgIds(n)] if *n == 2 * MSG_ID_BLOCK));
+        // A restart resumes above the durable reservation, not above the stored messages: a
+        // number handed out but not yet stored is never handed out again.
+        let mut again = Desk::new(vec![], 1, 100, 2 * MSG_ID_BLOCK);
+        assert_eq!(again.number_message().0, MsgId(2 * MSG_ID_BLOCK + 1));
+        // A stored ticket's message above the floor moves the floor too.
+        let mut t = Desk::new(vec![], 1, 100, 0)
+            .open(
+                TicketKind::Send,
+                Party::Operator,
+                MemberName::new("w1").unwrap(),
+                Some(MsgId(77)),
+                "x",
+                10,
+                0,
+                None,
+                None,
+            )
+            .0;
+        t.id = TicketId(5);
+        let mut d3 = Desk::new(vec![t], 1, 100, 3);
+        assert_eq!(d3.number_message().0, MsgId(78));
+    }
+
+    #[test]
     fn a_message_is_not_empty_nor_over_the_limit_and_not_to_oneself() {
         assert!(check_message("send", "hello", 5).is_ok());
         let e = check_message("send", "hello!", 5).unwrap_err();
@@ -740,7 +810,7 @@ mod tests {
 
     #[test]
     fn reply_by_owner_wakes_waiter() {
-        let mut d = Desk::new(vec![], 1, 100);
+        let mut d = Desk::new(vec![], 1, 100, 0);
         let (t, fx) = send(&mut d, "w1", "do x\nmore", 1_000, 0);
         assert_eq!(t.subject, "do x");
         assert!(matches!(&fx[..], [Effect::Save(_)]));
@@ -776,7 +846,7 @@ mod tests {
 
     #[test]
     fn ttl_expiry_then_late_reply_is_refused_and_kept() {
-        let mut d = Desk::new(vec![], 1, 100);
+        let mut d = Desk::new(vec![], 1, 100, 0);
         let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         assert!(d.tick(999).is_empty());
         let fx = d.tick(1_000);
@@ -799,7 +869,7 @@ mod tests {
 
     #[test]
     fn turn_end_without_reply_attaches_tail_and_reply_still_wins() {
-        let mut d = Desk::new(vec![], 1, 100);
+        let mut d = Desk::new(vec![], 1, 100, 0);
         let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         d.wait(t.id, 1, 900).unwrap();
         let fx = d.turn_ended(t.id, "last lines".into(), 10);
@@ -825,7 +895,7 @@ mod tests {
 
     #[test]
     fn bounded_wait_expires_with_open_ticket() {
-        let mut d = Desk::new(vec![], 1, 100);
+        let mut d = Desk::new(vec![], 1, 100, 0);
         let (t, _) = d.open(
             TicketKind::Ask,
             Party::Member(n("w1")),
@@ -847,7 +917,7 @@ mod tests {
 
     #[test]
     fn ack_rules() {
-        let mut d = Desk::new(vec![], 1, 100);
+        let mut d = Desk::new(vec![], 1, 100, 0);
         let (t, _) = send(&mut d, "w1", "x", 1_000, 0);
         assert_eq!(
             d.ack(&lead(), t.id, 1).unwrap_err().kind,
@@ -863,7 +933,7 @@ mod tests {
 
     #[test]
     fn retention_drops_oldest_acked_first_never_open() {
-        let mut d = Desk::new(vec![], 1, 3);
+        let mut d = Desk::new(vec![], 1, 3, 0);
         let mut ids = vec![];
         for i in 0..3 {
             let (t, _) = send(&mut d, "w1", "x", 10, i);
@@ -882,7 +952,7 @@ mod tests {
         /// go back to open, and nothing is resolved before its TTL except by reply/tail.
         #[test]
         fn ticket_rules(ops in proptest::collection::vec((0u8..5, 0u8..3, 0u16..400), 1..100)) {
-            let mut d = Desk::new(vec![], 1, 1_000);
+            let mut d = Desk::new(vec![], 1, 1_000, 0);
             let names = ["w1", "w2", "lead"];
             let mut now = 0;
             let mut ids = vec![];
