@@ -31,10 +31,24 @@ macro_rules! say {
     };
 }
 
+/// [`say!`] into a `String` instead of stdout: the printers render into a buffer (so their
+/// output can be tested), and the command prints it.
+macro_rules! put {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($t:tt)*) => {{
+        $out.push_str(&fleetd_actors::sanitize::for_display(&format!($($t)*)));
+        $out.push('\n');
+    }};
+}
+
 mod args;
 mod offline;
 mod print;
 mod run;
+#[cfg(test)]
+mod samples;
 
 pub use args::*;
 pub use offline::*;

@@ -167,12 +167,15 @@ pub fn drift_check(
         if keys.is_empty() {
             eprintln!("note: no --trust key given: every signed line fails G1");
         }
+        let mut out = String::new();
         print_drift_reports(
+            &mut out,
             reports
                 .iter()
                 .map(|r| serde_json::to_value(r).unwrap_or_default())
                 .collect(),
         );
+        print!("{out}");
         for r in &reports {
             for a in &r.alerts {
                 say!("{}: {a}", r.peer);

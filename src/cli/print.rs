@@ -21,21 +21,21 @@ pub(super) fn ago(ms: Option<u64>) -> String {
     }
 }
 
-/// Print rows as aligned columns.
-pub(super) fn table(header: &[&str], rows: Vec<Vec<String>>) {
+/// Rows as aligned columns.
+pub(super) fn table(out: &mut String, header: &[&str], rows: Vec<Vec<String>>) {
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let line = |cells: Vec<String>| {
+    let mut line = |cells: Vec<String>| {
         let s: Vec<String> = cells
             .iter()
             .enumerate()
             .map(|(i, c)| format!("{c:<width$}", width = w[i]))
             .collect();
-        say!("{}", s.join("  ").trim_end());
+        put!(out, "{}", s.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
     for r in rows {
@@ -51,7 +51,8 @@ pub(super) fn s(v: &Value) -> String {
     }
 }
 
-pub(super) fn print_members(v: &Value) {
+pub(super) fn print_members(v: &Value) -> String {
+    let mut out = String::new();
     let rows = v["members"]
         .as_array()
         .cloned()
@@ -73,6 +74,7 @@ pub(super) fn print_members(v: &Value) {
         })
         .collect();
     table(
+        &mut out,
         &[
             "NAME", "ROLE", "SLOT", "STATUS", "FOR", "PARENT", "PID", "PROFILE", "WORKTREE", "EXIT",
         ],
@@ -93,21 +95,24 @@ pub(super) fn print_members(v: &Value) {
         })
         .collect();
     if !slots.is_empty() {
-        say!();
-        table(&["SLOT", "STATE", "MEMBER", "WAITING"], slots);
+        put!(out);
+        table(&mut out, &["SLOT", "STATE", "MEMBER", "WAITING"], slots);
     }
     if let Some(c) = v.get("coordinator") {
-        say!();
-        say!(
+        put!(out);
+        put!(
+            out,
             "coordinator {}: mailbox {} ({} held)",
             s(&c["coord_id"]),
             s(&c["mailbox"]["state"]),
             s(&c["mailbox"]["held"])
         );
     }
+    out
 }
 
-pub(super) fn print_agents(v: &Value) {
+pub(super) fn print_agents(v: &Value) -> String {
+    let mut out = String::new();
     let rows = v
         .as_array()
         .cloned()
@@ -129,9 +134,11 @@ pub(super) fn print_agents(v: &Value) {
         })
         .collect();
     table(
+        &mut out,
         &["PROFILE", "AGENT", "COMMAND", "PATH", "VERSION", "VERIFIED"],
         rows,
     );
+    out
 }
 
 /// A ticket's receipt state: the remote one for mail to another host.
@@ -156,8 +163,10 @@ pub(super) fn when(ms: &Value) -> String {
 }
 
 /// One ticket, for a person (`fleetd tickets ID`; `--json` prints the daemon's answer).
-pub(super) fn print_ticket(t: &Value) {
-    say!(
+pub(super) fn print_ticket(t: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
         "{} ({}) {} -> {}: {}",
         s(&t["id"]),
         s(&t["kind"]),
@@ -165,15 +174,17 @@ pub(super) fn print_ticket(t: &Value) {
         s(&t["to"]),
         s(&t["state"])
     );
-    say!("  subject   {}", s(&t["subject"]));
-    say!("  opened    {}", when(&t["created_at"]));
-    say!(
+    put!(out, "  subject   {}", s(&t["subject"]));
+    put!(out, "  opened    {}", when(&t["created_at"]));
+    put!(
+        out,
         "  expires   {}",
         fleetd_actors::clock::rfc3339(t["expires_at"].as_u64().unwrap_or(0))
     );
     if t["remote"].is_object() {
         let r = &t["remote"];
-        say!(
+        put!(
+            out,
             "  mail      to {}: {} (transmitted {}, delivered {})",
             s(&r["host"]),
             s(&r["state"]),
@@ -182,7 +193,8 @@ pub(super) fn print_ticket(t: &Value) {
         );
     } else if t["receipt"].is_object() {
         let r = &t["receipt"];
-        say!(
+        put!(
+            out,
             "  receipt   {} {} (queued {}, delivered {}){}",
             s(&r["msg"]),
             s(&r["state"]),
@@ -195,7 +207,8 @@ pub(super) fn print_ticket(t: &Value) {
         );
     }
     if t["origin"].is_object() {
-        say!(
+        put!(
+            out,
             "  from      lead@{} (their {})",
             s(&t["origin"]["host"]),
             s(&t["origin"]["ticket"])
@@ -203,28 +216,32 @@ pub(super) fn print_ticket(t: &Value) {
     }
     for (label, key) in [("reply", "reply"), ("tail", "tail")] {
         if let Some(text) = t[key]["text"].as_str() {
-            say!("  {label:<9} at {}", when(&t[key]["at"]));
+            put!(out, "  {label:<9} at {}", when(&t[key]["at"]));
             for line in text.lines() {
-                say!("    {line}");
+                put!(out, "    {line}");
             }
         }
     }
     if let Some(late) = t["late"].as_array().filter(|l| !l.is_empty()) {
-        say!(
+        put!(
+            out,
             "  late      {} replies after the TTL (kept, refused)",
             late.len()
         );
     }
     if let Some(n) = t["note"].as_str() {
-        say!("  note      {n}");
+        put!(out, "  note      {n}");
     }
-    say!(
+    put!(
+        out,
         "  acked     {}",
         if t["acked"] == true { "yes" } else { "no" }
     );
+    out
 }
 
-pub(super) fn print_tickets(v: &Value) {
+pub(super) fn print_tickets(v: &Value) -> String {
+    let mut out = String::new();
     let rows = v
         .as_array()
         .cloned()
@@ -253,11 +270,13 @@ pub(super) fn print_tickets(v: &Value) {
         })
         .collect();
     table(
+        &mut out,
         &[
             "TICKET", "KIND", "FROM", "TO", "STATE", "RECEIPT", "AGE", "SUBJECT", "ANSWER",
         ],
         rows,
     );
+    out
 }
 
 /// An optional value for a person: the value, or `-`.
@@ -385,16 +404,19 @@ pub(super) fn describe_event(e: &fleetd_actors::events::Event) -> String {
     )
 }
 
-pub(super) fn print_decision(v: &Value) {
-    say!("{}  {}", s(&v["id"]), s(&v["subject"]));
-    say!(
+pub(super) fn print_decision(v: &Value) -> String {
+    let mut out = String::new();
+    put!(out, "{}  {}", s(&v["id"]), s(&v["subject"]));
+    put!(
+        out,
         "  opened by {} at {}; deadline {}; at most {} rounds",
         s(&v["opened_by"]),
         s(&v["opened_at"]),
         s(&v["deadline"]),
         s(&v["max_rounds"])
     );
-    say!(
+    put!(
+        out,
         "  convened: {}",
         v["slots"]
             .as_array()
@@ -402,7 +424,8 @@ pub(super) fn print_decision(v: &Value) {
             .unwrap_or_default()
     );
     for r in v["records"].as_array().cloned().unwrap_or_default() {
-        say!(
+        put!(
+            out,
             "  round {} {:<5} ({}) {} at {} [#{}]:\n      {}",
             s(&r["round"]),
             s(&r["slot"]),
@@ -414,7 +437,8 @@ pub(super) fn print_decision(v: &Value) {
         );
     }
     for r in v["refused"].as_array().cloned().unwrap_or_default() {
-        say!(
+        put!(
+            out,
             "  REFUSED round {} from {} (slot {}): {}",
             s(&r["round"]),
             s(&r["member"]),
@@ -423,7 +447,7 @@ pub(super) fn print_decision(v: &Value) {
         );
     }
     match v.get("closed").filter(|c| !c.is_null()) {
-        None => say!("  OPEN: missing {}", {
+        None => put!(out, "  OPEN: missing {}", {
             let recorded: Vec<String> = v["records"]
                 .as_array()
                 .cloned()
@@ -442,7 +466,8 @@ pub(super) fn print_decision(v: &Value) {
                 .join(", ")
         }),
         Some(c) => {
-            say!(
+            put!(
+                out,
                 "  CLOSED {} by {} at {} [#{}]",
                 s(&c["outcome"]).to_uppercase(),
                 s(&c["by"]),
@@ -450,7 +475,8 @@ pub(super) fn print_decision(v: &Value) {
                 s(&c["seq"])
             );
             for o in c["slots"].as_array().cloned().unwrap_or_default() {
-                say!(
+                put!(
+                    out,
                     "    {:<6} {}{}",
                     s(&o["slot"]),
                     s(&o["outcome"]),
@@ -460,13 +486,14 @@ pub(super) fn print_decision(v: &Value) {
                         .unwrap_or_default()
                 );
             }
-            say!("  verdict:   {}", s(&c["verdict"]));
-            say!("  rationale: {}", s(&c["rationale"]));
+            put!(out, "  verdict:   {}", s(&c["verdict"]));
+            put!(out, "  rationale: {}", s(&c["rationale"]));
         }
     }
+    out
 }
 
-pub(super) fn print_drift_reports(rows: Vec<Value>) {
+pub(super) fn print_drift_reports(out: &mut String, rows: Vec<Value>) {
     let rows = rows
         .iter()
         .map(|r| {
@@ -487,9 +514,343 @@ pub(super) fn print_drift_reports(rows: Vec<Value>) {
         })
         .collect();
     table(
+        out,
         &[
             "PEER", "VERDICT", "G1", "G2", "G3", "G4", "ANCHOR", "ALERTS",
         ],
         rows,
     );
+}
+
+/// What `fleetd spawn` did.
+pub(super) fn print_spawned(v: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
+        "spawned {} ({}, profile {}) pid {} charter sha256 {}",
+        s(&v["name"]),
+        s(&v["role"]),
+        s(&v["profile"]),
+        s(&v["pid"]),
+        s(&v["charter_sha256"])
+    );
+    for n in v["notes"].as_array().cloned().unwrap_or_default() {
+        put!(out, "  {}", s(&n));
+    }
+    out
+}
+
+/// One member (`fleetd status NAME`).
+pub(super) fn print_member_detail(v: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
+        "{} ({}{})",
+        s(&v["name"]),
+        s(&v["role"]),
+        v["slot"]
+            .as_str()
+            .map(|x| format!(", slot {x}"))
+            .unwrap_or_default()
+    );
+    put!(
+        out,
+        "  status     {} for {}{}",
+        s(&v["status"]),
+        ago(v["status_since"].as_u64()),
+        if v["slot_view"]["pinned_by_signal"] == true {
+            " (by signal)"
+        } else {
+            ""
+        }
+    );
+    put!(out, "  parent     {}", s(&v["parent"]));
+    put!(out, "  pid        {}", s(&v["pid"]));
+    put!(out, "  profile    {}", s(&v["profile"]));
+    put!(out, "  charter    sha256 {}", s(&v["charter_sha256"]));
+    put!(
+        out,
+        "  queue      {} waiting{}",
+        v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
+        if v["queue"]["stalled"] == true {
+            ", held behind a stalled message"
+        } else {
+            ""
+        }
+    );
+    put!(
+        out,
+        "  owes       {}",
+        v["owes"]
+            .as_array()
+            .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default()
+    );
+    if let Some(r) = v["exit"]["reason"].as_str() {
+        put!(out, "  exit       {r}");
+    }
+    out
+}
+
+/// The daemon (`fleetd status`).
+pub(super) fn print_daemon_status(v: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
+        "fleetd {} on {} (pid {}), up {}",
+        s(&v["version"]),
+        s(&v["host"]),
+        s(&v["pid"]),
+        ago(v["started_at"].as_u64())
+    );
+    put!(out, "  state dir  {}", s(&v["state_dir"]));
+    put!(
+        out,
+        "  members    {}",
+        v["members"]
+            .as_object()
+            .map(|m| m
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    put!(out, "  tickets    {} open", s(&v["open_tickets"]));
+    let restarts: u64 = v["children"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
+        .unwrap_or(0);
+    put!(
+        out,
+        "  actors     {} supervised, {restarts} restarts",
+        v["children"].as_array().map_or(0, |a| a.len())
+    );
+    put!(out, "  public key {}", s(&v["public_key"]));
+    put!(
+        out,
+        "  ledger     {} entries{}; verifier key {}",
+        s(&v["ledger"]["entries"]),
+        v["ledger"]["broken"]
+            .as_str()
+            .map(|b| format!(" (BROKEN: {b})"))
+            .unwrap_or_default(),
+        s(&v["ledger_vkey"])
+    );
+    put!(out, "  witness    cosigner key {}", s(&v["witness_vkey"]));
+    let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
+    put!(
+        out,
+        "  decisions  {} open{}",
+        open.len(),
+        open.iter()
+            .map(|d| format!(
+                "; {} missing {}",
+                s(&d["id"]),
+                d["missing"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                    .unwrap_or_default()
+            ))
+            .collect::<String>()
+    );
+    if let Some(e) = v["escalation"].as_str() {
+        put!(out, "  ESCALATED  {e}");
+    }
+    out
+}
+
+/// What `fleetd send` got back: the ticket, and its answer if `--wait` brought one.
+pub(super) fn print_sent(v: &Value) -> String {
+    let mut out = String::new();
+    let t = &v["ticket"];
+    put!(
+        out,
+        "{} to {}: {} (receipt {})",
+        s(&t["id"]),
+        s(&t["to"]),
+        s(&t["state"]),
+        s(&t["receipt"]["state"])
+    );
+    if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
+        put!(out, "{r}");
+    }
+    out
+}
+
+/// `fleetd decision list`.
+pub(super) fn print_decisions(v: &Value) -> String {
+    let mut out = String::new();
+    let rows = v
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|d| {
+            vec![
+                s(&d["id"]),
+                s(&d["state"]),
+                ago(Some(
+                    fleetd_actors::clock::Clock::now(&fleetd_actors::clock::SystemClock)
+                        .saturating_sub(d["age_ms"].as_u64().unwrap_or(0)),
+                )),
+                d["slots"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                    .unwrap_or_default(),
+                d["missing"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
+                    .unwrap_or_default(),
+                s(&d["deadline"]),
+                fleetd_actors::types::truncate(d["subject"].as_str().unwrap_or(""), 50),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "DECISION", "STATE", "AGE", "SLOTS", "MISSING", "DEADLINE", "SUBJECT",
+        ],
+        rows,
+    );
+    out
+}
+
+/// `fleetd peers`: this host and its links.
+pub(super) fn print_peers(v: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
+        "this host: {} (key {}), links {}",
+        s(&v["host"]),
+        s(&v["public_key"]),
+        v["listen"]
+            .as_str()
+            .map_or("off (link.listen is not set)".to_string(), |l| format!(
+                "on {l}"
+            ))
+    );
+    let rows = v["links"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|l| {
+            vec![
+                s(&l["peer"]),
+                s(&l["addr"]),
+                s(&l["phase"]),
+                ago(l["since"].as_u64()),
+                l["rtt_us"]
+                    .as_u64()
+                    .map_or("-".into(), |r| format!("{:.2} ms", r as f64 / 1000.0)),
+                match l["dialled"].as_bool() {
+                    Some(true) => "dialled".into(),
+                    Some(false) => "accepted".into(),
+                    None => "-".into(),
+                },
+                l["reason"].as_str().unwrap_or("").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["PEER", "ADDR", "STATE", "SINCE", "RTT", "BY", "WHY DOWN"],
+        rows,
+    );
+    out
+}
+
+/// `fleetd drift peers`: the reader, each peer's report, the alerts.
+pub(super) fn print_drift(v: &Value) -> String {
+    let mut out = String::new();
+    put!(
+        out,
+        "reader {} (the live primary), heartbeat {} s, last pass {}",
+        s(&v["reader"]),
+        s(&v["heartbeat_secs"]),
+        s(&v["last_pass"])
+    );
+    print_drift_reports(&mut out, v["peers"].as_array().cloned().unwrap_or_default());
+    for a in v["alerts"].as_array().cloned().unwrap_or_default() {
+        put!(
+            out,
+            "ALERT {} {}: {}",
+            s(&a["rule"]),
+            s(&a["peer"]),
+            s(&a["text"])
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::samples;
+    use super::*;
+
+    /// A rendering with the sample's time written as `AT` (it is an hour from now: ages are `0s`).
+    fn pin(text: String, at: u64) -> String {
+        text.replace(&fleetd_actors::clock::rfc3339(at), "AT")
+    }
+
+    /// Every human rendering of the daemon's answers, byte for byte: `tests/golden/cli-print.txt`
+    /// holds what the printers printed before they were typed, section by section.
+    #[test]
+    fn every_rendering_matches_the_golden_file() {
+        let at = samples::soon();
+        let all = [
+            ("members", print_members(&samples::list(at))),
+            ("members_plain", print_members(&samples::list_plain(at))),
+            ("agents", print_agents(&samples::agents())),
+            ("tickets", print_tickets(&samples::tickets(at))),
+            ("ticket_local", print_ticket(&samples::tickets(at)[0])),
+            ("ticket_remote", print_ticket(&samples::tickets(at)[1])),
+            ("ticket_received", print_ticket(&samples::tickets(at)[2])),
+            ("decision_open", print_decision(&samples::decision_open())),
+            (
+                "decision_closed",
+                print_decision(&samples::decision_closed()),
+            ),
+            ("decisions", print_decisions(&samples::decisions(at))),
+            ("spawned", print_spawned(&samples::spawned(at))),
+            (
+                "member_detail",
+                print_member_detail(&samples::member_detail(at)),
+            ),
+            (
+                "member_detail_exited",
+                print_member_detail(&samples::member_detail_exited(at)),
+            ),
+            (
+                "daemon_status",
+                print_daemon_status(&samples::daemon_status(at)),
+            ),
+            (
+                "daemon_status_quiet",
+                print_daemon_status(&samples::daemon_status_quiet(at)),
+            ),
+            ("sent", print_sent(&samples::sent(at))),
+            ("sent_remote", print_sent(&samples::sent_remote(at))),
+            ("peers", print_peers(&samples::peers(at))),
+            ("peers_listening", print_peers(&samples::peers_listening())),
+            ("drift", print_drift(&samples::drift(at))),
+            ("drift_empty", print_drift(&samples::drift_empty())),
+        ];
+        let golden = include_str!("../../tests/golden/cli-print.txt");
+        let mut want: Vec<(&str, &str)> = vec![];
+        for section in golden.split("=== ").skip(1) {
+            let (name, text) = section.split_once('\n').expect("a section name line");
+            want.push((name, text));
+        }
+        assert_eq!(
+            want.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            all.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "the golden file's sections"
+        );
+        for ((name, got), (_, want)) in all.into_iter().zip(want) {
+            assert_eq!(pin(got, at), want, "rendering {name}");
+        }
+    }
 }

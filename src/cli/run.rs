@@ -201,17 +201,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "spawned {} ({}, profile {}) pid {} charter sha256 {}",
-                    s(&v["name"]),
-                    s(&v["role"]),
-                    s(&v["profile"]),
-                    s(&v["pid"]),
-                    s(&v["charter_sha256"])
-                );
-                for n in v["notes"].as_array().cloned().unwrap_or_default() {
-                    say!("  {}", s(&n));
-                }
+                print!("{}", print_spawned(&v));
             }
         }
         Cmd::List { json } => {
@@ -219,7 +209,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print_members(&v)
+                print!("{}", print_members(&v))
             }
         }
         Cmd::Status { name, json } => {
@@ -230,48 +220,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        say!(
-                            "{} ({}{})",
-                            s(&v["name"]),
-                            s(&v["role"]),
-                            v["slot"]
-                                .as_str()
-                                .map(|x| format!(", slot {x}"))
-                                .unwrap_or_default()
-                        );
-                        say!(
-                            "  status     {} for {}{}",
-                            s(&v["status"]),
-                            ago(v["status_since"].as_u64()),
-                            if v["slot_view"]["pinned_by_signal"] == true {
-                                " (by signal)"
-                            } else {
-                                ""
-                            }
-                        );
-                        say!("  parent     {}", s(&v["parent"]));
-                        say!("  pid        {}", s(&v["pid"]));
-                        say!("  profile    {}", s(&v["profile"]));
-                        say!("  charter    sha256 {}", s(&v["charter_sha256"]));
-                        say!(
-                            "  queue      {} waiting{}",
-                            v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
-                            if v["queue"]["stalled"] == true {
-                                ", held behind a stalled message"
-                            } else {
-                                ""
-                            }
-                        );
-                        say!(
-                            "  owes       {}",
-                            v["owes"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-                                .unwrap_or_default()
-                        );
-                        if let Some(r) = v["exit"]["reason"].as_str() {
-                            say!("  exit       {r}");
-                        }
+                        print!("{}", print_member_detail(&v));
                     }
                 }
                 None => {
@@ -279,63 +228,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        say!(
-                            "fleetd {} on {} (pid {}), up {}",
-                            s(&v["version"]),
-                            s(&v["host"]),
-                            s(&v["pid"]),
-                            ago(v["started_at"].as_u64())
-                        );
-                        say!("  state dir  {}", s(&v["state_dir"]));
-                        say!(
-                            "  members    {}",
-                            v["members"]
-                                .as_object()
-                                .map(|m| m
-                                    .iter()
-                                    .map(|(k, n)| format!("{n} {k}"))
-                                    .collect::<Vec<_>>()
-                                    .join(", "))
-                                .unwrap_or_default()
-                        );
-                        say!("  tickets    {} open", s(&v["open_tickets"]));
-                        let restarts: u64 = v["children"]
-                            .as_array()
-                            .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
-                            .unwrap_or(0);
-                        say!(
-                            "  actors     {} supervised, {restarts} restarts",
-                            v["children"].as_array().map_or(0, |a| a.len())
-                        );
-                        say!("  public key {}", s(&v["public_key"]));
-                        say!(
-                            "  ledger     {} entries{}; verifier key {}",
-                            s(&v["ledger"]["entries"]),
-                            v["ledger"]["broken"]
-                                .as_str()
-                                .map(|b| format!(" (BROKEN: {b})"))
-                                .unwrap_or_default(),
-                            s(&v["ledger_vkey"])
-                        );
-                        say!("  witness    cosigner key {}", s(&v["witness_vkey"]));
-                        let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
-                        say!(
-                            "  decisions  {} open{}",
-                            open.len(),
-                            open.iter()
-                                .map(|d| format!(
-                                    "; {} missing {}",
-                                    s(&d["id"]),
-                                    d["missing"]
-                                        .as_array()
-                                        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                        .unwrap_or_default()
-                                ))
-                                .collect::<String>()
-                        );
-                        if let Some(e) = v["escalation"].as_str() {
-                            say!("  ESCALATED  {e}");
-                        }
+                        print!("{}", print_daemon_status(&v));
                     }
                 }
             }
@@ -359,16 +252,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "{} to {}: {} (receipt {})",
-                    s(&t["id"]),
-                    s(&t["to"]),
-                    s(&t["state"]),
-                    s(&t["receipt"]["state"])
-                );
-                if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
-                    say!("{r}");
-                }
+                print!("{}", print_sent(&v));
             }
             if wait {
                 match t["state"].as_str() {
@@ -458,7 +342,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print_ticket(&v)
+                        print!("{}", print_ticket(&v))
                     }
                 }
                 None => {
@@ -466,7 +350,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print_tickets(&v)
+                        print!("{}", print_tickets(&v))
                     }
                 }
             }
@@ -476,7 +360,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print_tickets(&v)
+                print!("{}", print_tickets(&v))
             }
         }
         Cmd::Ack { ticket } => {
@@ -584,7 +468,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print_agents(&v);
+                print!("{}", print_agents(&v));
             }
         }
         Cmd::Fault { target } => {
@@ -601,40 +485,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                let rows = v
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| {
-                        vec![
-                            s(&d["id"]),
-                            s(&d["state"]),
-                            ago(Some(
-                                fleetd_actors::clock::Clock::now(
-                                    &fleetd_actors::clock::SystemClock,
-                                )
-                                .saturating_sub(d["age_ms"].as_u64().unwrap_or(0)),
-                            )),
-                            d["slots"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                .unwrap_or_default(),
-                            d["missing"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                .unwrap_or_default(),
-                            s(&d["deadline"]),
-                            fleetd_actors::types::truncate(d["subject"].as_str().unwrap_or(""), 50),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &[
-                        "DECISION", "STATE", "AGE", "SLOTS", "MISSING", "DEADLINE", "SUBJECT",
-                    ],
-                    rows,
-                );
+                print!("{}", print_decisions(&v));
             }
         }
         Cmd::Decision {
@@ -647,7 +498,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print_decision(&v);
+                print!("{}", print_decision(&v));
             }
         }
         Cmd::Peers { json } => {
@@ -655,43 +506,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "this host: {} (key {}), links {}",
-                    s(&v["host"]),
-                    s(&v["public_key"]),
-                    v["listen"]
-                        .as_str()
-                        .map_or("off (link.listen is not set)".to_string(), |l| format!(
-                            "on {l}"
-                        ))
-                );
-                let rows = v["links"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|l| {
-                        vec![
-                            s(&l["peer"]),
-                            s(&l["addr"]),
-                            s(&l["phase"]),
-                            ago(l["since"].as_u64()),
-                            l["rtt_us"]
-                                .as_u64()
-                                .map_or("-".into(), |r| format!("{:.2} ms", r as f64 / 1000.0)),
-                            match l["dialled"].as_bool() {
-                                Some(true) => "dialled".into(),
-                                Some(false) => "accepted".into(),
-                                None => "-".into(),
-                            },
-                            l["reason"].as_str().unwrap_or("").to_string(),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &["PEER", "ADDR", "STATE", "SINCE", "RTT", "BY", "WHY DOWN"],
-                    rows,
-                );
+                print!("{}", print_peers(&v));
             }
         }
         Cmd::Drift {
@@ -701,21 +516,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "reader {} (the live primary), heartbeat {} s, last pass {}",
-                    s(&v["reader"]),
-                    s(&v["heartbeat_secs"]),
-                    s(&v["last_pass"])
-                );
-                print_drift_reports(v["peers"].as_array().cloned().unwrap_or_default());
-                for a in v["alerts"].as_array().cloned().unwrap_or_default() {
-                    say!(
-                        "ALERT {} {}: {}",
-                        s(&a["rule"]),
-                        s(&a["peer"]),
-                        s(&a["text"])
-                    );
-                }
+                print!("{}", print_drift(&v));
             }
         }
         Cmd::Dashboard { port } => crate::dashboard::run(state_dir(&sd)?, port).await?,
