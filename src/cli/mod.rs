@@ -5,8 +5,8 @@
 //! Owns argument parsing and presentation. Must never decide anything the daemon decides.
 //!
 //! Rooms: `args` (the subcommands and flags), `run` (the client subcommands and `attach`),
-//! `print` (human output), `offline` (what runs without a daemon); this file holds the
-//! refusal wording shared by all of them.
+//! `views` (the daemon's answers, typed), `print` (human output from them), `offline` (what
+//! runs without a daemon); this file holds the refusal wording shared by all of them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,6 +49,7 @@ mod print;
 mod run;
 #[cfg(test)]
 mod samples;
+mod views;
 
 pub use args::*;
 pub use offline::*;

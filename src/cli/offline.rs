@@ -168,13 +168,8 @@ pub fn drift_check(
             eprintln!("note: no --trust key given: every signed line fails G1");
         }
         let mut out = String::new();
-        print_drift_reports(
-            &mut out,
-            reports
-                .iter()
-                .map(|r| serde_json::to_value(r).unwrap_or_default())
-                .collect(),
-        );
+        let rows: Vec<super::views::DriftReport> = reports.iter().map(Into::into).collect();
+        print_drift_reports(&mut out, &rows);
         print!("{out}");
         for r in &reports {
             for a in &r.alerts {

@@ -1,6 +1,10 @@
 //! The client subcommands: each a request to the daemon's REST API, its answer printed for
 //! people or as JSON; and `attach`, a terminal on a member's PTY.
 
+use fleetd_actors::fleet::{SendResult, TicketView};
+use fleetd_actors::tickets::state::TicketState;
+
+use super::views::{MemberDetail, Reloaded, parse};
 use super::*;
 
 /// The largest message the CLI reads from stdin or a file (the daemon's own limit,
@@ -71,9 +75,17 @@ pub(super) async fn drain_then_stop(
             .into());
         }
         // Progress, when it changes: what the drain still waits for.
-        if let Ok(m) = c.get::<Value>(&format!("/members/{name}")).await {
-            let queued = m["queue"]["queued"].as_array().map_or(0, |a| a.len());
-            let in_flight = !m["queue"]["in_flight"].is_null();
+        // Best effort, as the request itself: an answer that does not come or does not read
+        // as a member's status shows no progress this second.
+        let path = format!("/members/{name}");
+        let detail = c
+            .get::<Value>(&path)
+            .await
+            .ok()
+            .and_then(|m| parse::<MemberDetail>(&m, &format!("GET {path}")).ok());
+        if let Some(m) = detail {
+            let queued = m.queue.as_ref().map_or(0, |q| q.queued.len());
+            let in_flight = m.queue.as_ref().is_some_and(|q| q.in_flight.is_some());
             let now = format!(
                 "{queued} queued{}, status {}",
                 if in_flight {
@@ -81,7 +93,7 @@ pub(super) async fn drain_then_stop(
                 } else {
                     ""
                 },
-                s(&m["status"])
+                wire_name(&m.member.status)
             );
             if now != last {
                 eprintln!(
@@ -94,6 +106,42 @@ pub(super) async fn drain_then_stop(
                 last = now;
             }
         }
+    }
+}
+
+/// `send --wait`: a reply or a tail is success; a ticket still open fails with status 3, one
+/// that ended otherwise (undeliverable, expired) with 1.
+fn waited(sent: &SendResult, wait_secs: Option<u64>) -> anyhow::Result<()> {
+    let t = &sent.ticket;
+    match t.ticket.state {
+        TicketState::Replied | TicketState::Tail => Ok(()),
+        TicketState::Open => Err(Failed::new(
+            3,
+            format!(
+                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
+                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!(
+                    "within {w} s"
+                )),
+                t.ticket.id,
+                receipt_state(t.receipt.as_ref()),
+                t.ticket.id
+            ),
+        )
+        .into()),
+        other => Err(Failed::new(
+            1,
+            format!(
+                "ticket {} ended {} without a reply{}",
+                t.ticket.id,
+                wire_name(&other),
+                t.receipt
+                    .as_ref()
+                    .and_then(|r| r.note.as_ref())
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            ),
+        )
+        .into()),
     }
 }
 
@@ -201,7 +249,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_spawned(&v));
+                print!("{}", print_spawned(&parse(&v, "POST /members")?));
             }
         }
         Cmd::List { json } => {
@@ -209,7 +257,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print!("{}", print_members(&v))
+                print!("{}", print_members(&parse(&v, "GET /members")?))
             }
         }
         Cmd::Status { name, json } => {
@@ -220,7 +268,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        print!("{}", print_member_detail(&v));
+                        print!(
+                            "{}",
+                            print_member_detail(&parse(&v, &format!("GET /members/{n}"))?)
+                        );
                     }
                 }
                 None => {
@@ -228,7 +279,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        print!("{}", print_daemon_status(&v));
+                        print!("{}", print_daemon_status(&parse(&v, "GET /status")?));
                     }
                 }
             }
@@ -248,43 +299,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post(&format!("/members/{name}/messages"), &body)
                 .await
                 .map_err(api)?;
-            let t = &v["ticket"];
             if json {
                 print_json(&v);
-            } else {
-                print!("{}", print_sent(&v));
             }
-            if wait {
-                match t["state"].as_str() {
-                    Some("replied" | "tail") => {}
-                    Some("open") => {
-                        return Err(Failed::new(
-                            3,
-                            format!(
-                                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
-                                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!("within {w} s")),
-                                s(&t["id"]),
-                                s(&t["receipt"]["state"]),
-                                s(&t["id"])
-                            ),
-                        )
-                        .into());
-                    }
-                    other => {
-                        return Err(Failed::new(
-                            1,
-                            format!(
-                                "ticket {} ended {} without a reply{}",
-                                s(&t["id"]),
-                                other.unwrap_or("?"),
-                                t["receipt"]["note"]
-                                    .as_str()
-                                    .map(|n| format!(": {n}"))
-                                    .unwrap_or_default()
-                            ),
-                        )
-                        .into());
-                    }
+            if !json || wait {
+                let sent: SendResult = parse(&v, &format!("POST /members/{name}/messages"))?;
+                if !json {
+                    print!("{}", print_sent(&sent));
+                }
+                if wait {
+                    waited(&sent, wait_secs)?;
                 }
             }
         }
@@ -305,7 +329,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                say!("replied to {}", s(&v["id"]))
+                let t: TicketView = parse(&v, &format!("POST /tickets/{ticket}/reply"))?;
+                say!("replied to {}", t.ticket.id)
             }
         }
         Cmd::Stop {
@@ -323,7 +348,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                say!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
+                print!(
+                    "{}",
+                    print_stopped(&parse(&v, &format!("DELETE /members/{name}"))?)
+                )
             }
         }
         Cmd::Attach { name } => attach(&client(&sd)?, &name).await?,
@@ -342,7 +370,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print!("{}", print_ticket(&v))
+                        print!(
+                            "{}",
+                            print_ticket(&parse(&v, &format!("GET /tickets/{id}"))?)
+                        )
                     }
                 }
                 None => {
@@ -350,7 +381,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print!("{}", print_tickets(&v))
+                        print!("{}", print_tickets(&parse::<Vec<_>>(&v, "GET /tickets")?))
                     }
                 }
             }
@@ -360,7 +391,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print!("{}", print_tickets(&v))
+                print!("{}", print_tickets(&parse::<Vec<_>>(&v, "GET /poll")?))
             }
         }
         Cmd::Ack { ticket } => {
@@ -468,7 +499,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_agents(&v));
+                print!("{}", print_agents(&parse::<Vec<_>>(&v, "GET /agents")?));
             }
         }
         Cmd::Fault { target } => {
@@ -485,7 +516,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_decisions(&v));
+                print!(
+                    "{}",
+                    print_decisions(&parse::<Vec<_>>(&v, "GET /decisions")?)
+                );
             }
         }
         Cmd::Decision {
@@ -498,7 +532,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_decision(&v));
+                print!(
+                    "{}",
+                    print_decision(&parse(&v, &format!("GET /decisions/{id}"))?)
+                );
             }
         }
         Cmd::Peers { json } => {
@@ -506,7 +543,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_peers(&v));
+                print!("{}", print_peers(&parse(&v, "GET /peers")?));
             }
         }
         Cmd::Drift {
@@ -516,7 +553,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print!("{}", print_drift(&v));
+                print!("{}", print_drift(&parse(&v, "GET /drift")?));
             }
         }
         Cmd::Dashboard { port } => crate::dashboard::run(state_dir(&sd)?, port).await?,
@@ -525,7 +562,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post("/config/reload", &json!({}))
                 .await
                 .map_err(api)?;
-            say!("{}", s(&v["detail"]));
+            let r: Reloaded = parse(&v, "POST /config/reload")?;
+            say!("{}", opt(&r.detail));
         }
         Cmd::Serve { .. }
         | Cmd::Config { .. }
