@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleetd_actors::config::Config;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// One profile's row.
-#[derive(Clone, Debug, Serialize)]
+/// One profile's row (`GET /agents`; the CLI reads it back as this type).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct AgentRow {
     pub profile: String,
     /// The CLI it wires (claude, codex, gemini, opencode), if any.

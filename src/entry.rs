@@ -56,7 +56,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: anyhow::Result<i32> = (|| match cli.cmd {
         Cmd::PtyHost(args) => crate::term::run_host(args).map(|_| 0),
-        Cmd::SimAgent(args) => crate::sim::run(args).map(|_| 0),
+        Cmd::SimAgent(args) => crate::harness::sim::run(args).map(|_| 0),
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {
@@ -138,7 +138,7 @@ pub fn main() -> ExitCode {
             Ok(0)
         }
         Cmd::EchoServer => {
-            runtime()?.block_on(crate::bench::run_echo_server())?;
+            runtime()?.block_on(crate::harness::bench::run_echo_server())?;
             Ok(0)
         }
         Cmd::Serve { ref config } => {
@@ -158,7 +158,7 @@ pub fn main() -> ExitCode {
             timeout_secs,
         } => {
             init_tracing("warn");
-            runtime()?.block_on(crate::demo::run(
+            runtime()?.block_on(crate::harness::demo::run(
                 work_ms,
                 std::time::Duration::from_secs(timeout_secs),
                 cli.state_dir.clone(),
@@ -167,7 +167,7 @@ pub fn main() -> ExitCode {
         }
         Cmd::Bench(args) => {
             init_tracing("warn");
-            runtime()?.block_on(crate::bench::run(args))?;
+            runtime()?.block_on(crate::harness::bench::run(args))?;
             Ok(0)
         }
         _ => {

@@ -198,7 +198,7 @@ pub enum Cmd {
         reconnect_secs: u64,
     },
     /// A scripted terminal agent for the demo and tests.
-    SimAgent(crate::sim::SimArgs),
+    SimAgent(crate::harness::sim::SimArgs),
     /// Run the demo: an embedded daemon, a lead, two workers.
     Demo {
         /// How long each sim worker "works".
@@ -209,7 +209,7 @@ pub enum Cmd {
         timeout_secs: u64,
     },
     /// Benchmarks against a baseline measured in the same run.
-    Bench(crate::bench::BenchArgs),
+    Bench(crate::harness::bench::BenchArgs),
     /// A bare rmcp echo server on stdio (the benchmark's baseline).
     #[command(hide = true)]
     EchoServer,

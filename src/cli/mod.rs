@@ -5,8 +5,8 @@
 //! Owns argument parsing and presentation. Must never decide anything the daemon decides.
 //!
 //! Rooms: `args` (the subcommands and flags), `run` (the client subcommands and `attach`),
-//! `print` (human output), `offline` (what runs without a daemon); this file holds the
-//! refusal wording shared by all of them.
+//! `views` (the daemon's answers, typed), `print` (human output from them), `offline` (what
+//! runs without a daemon); this file holds the refusal wording shared by all of them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,10 +31,25 @@ macro_rules! say {
     };
 }
 
+/// [`say!`] into a `String` instead of stdout: the printers render into a buffer (so their
+/// output can be tested), and the command prints it.
+macro_rules! put {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($t:tt)*) => {{
+        $out.push_str(&fleetd_actors::sanitize::for_display(&format!($($t)*)));
+        $out.push('\n');
+    }};
+}
+
 mod args;
 mod offline;
 mod print;
 mod run;
+#[cfg(test)]
+mod samples;
+mod views;
 
 pub use args::*;
 pub use offline::*;

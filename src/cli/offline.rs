@@ -167,12 +167,10 @@ pub fn drift_check(
         if keys.is_empty() {
             eprintln!("note: no --trust key given: every signed line fails G1");
         }
-        print_drift_reports(
-            reports
-                .iter()
-                .map(|r| serde_json::to_value(r).unwrap_or_default())
-                .collect(),
-        );
+        let mut out = String::new();
+        let rows: Vec<super::views::DriftReport> = reports.iter().map(Into::into).collect();
+        print_drift_reports(&mut out, &rows);
+        print!("{out}");
         for r in &reports {
             for a in &r.alerts {
                 say!("{}: {a}", r.peer);

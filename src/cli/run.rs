@@ -1,6 +1,10 @@
 //! The client subcommands: each a request to the daemon's REST API, its answer printed for
 //! people or as JSON; and `attach`, a terminal on a member's PTY.
 
+use fleetd_actors::fleet::{SendResult, TicketView};
+use fleetd_actors::tickets::state::TicketState;
+
+use super::views::{MemberDetail, Reloaded, parse};
 use super::*;
 
 /// The largest message the CLI reads from stdin or a file (the daemon's own limit,
@@ -71,9 +75,17 @@ pub(super) async fn drain_then_stop(
             .into());
         }
         // Progress, when it changes: what the drain still waits for.
-        if let Ok(m) = c.get::<Value>(&format!("/members/{name}")).await {
-            let queued = m["queue"]["queued"].as_array().map_or(0, |a| a.len());
-            let in_flight = !m["queue"]["in_flight"].is_null();
+        // Best effort, as the request itself: an answer that does not come or does not read
+        // as a member's status shows no progress this second.
+        let path = format!("/members/{name}");
+        let detail = c
+            .get::<Value>(&path)
+            .await
+            .ok()
+            .and_then(|m| parse::<MemberDetail>(&m, &format!("GET {path}")).ok());
+        if let Some(m) = detail {
+            let queued = m.queue.as_ref().map_or(0, |q| q.queued.len());
+            let in_flight = m.queue.as_ref().is_some_and(|q| q.in_flight.is_some());
             let now = format!(
                 "{queued} queued{}, status {}",
                 if in_flight {
@@ -81,7 +93,7 @@ pub(super) async fn drain_then_stop(
                 } else {
                     ""
                 },
-                s(&m["status"])
+                wire_name(&m.member.status)
             );
             if now != last {
                 eprintln!(
@@ -94,6 +106,42 @@ pub(super) async fn drain_then_stop(
                 last = now;
             }
         }
+    }
+}
+
+/// `send --wait`: a reply or a tail is success; a ticket still open fails with status 3, one
+/// that ended otherwise (undeliverable, expired) with 1.
+fn waited(sent: &SendResult, wait_secs: Option<u64>) -> anyhow::Result<()> {
+    let t = &sent.ticket;
+    match t.ticket.state {
+        TicketState::Replied | TicketState::Tail => Ok(()),
+        TicketState::Open => Err(Failed::new(
+            3,
+            format!(
+                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
+                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!(
+                    "within {w} s"
+                )),
+                t.ticket.id,
+                receipt_state(t.receipt.as_ref()),
+                t.ticket.id
+            ),
+        )
+        .into()),
+        other => Err(Failed::new(
+            1,
+            format!(
+                "ticket {} ended {} without a reply{}",
+                t.ticket.id,
+                wire_name(&other),
+                t.receipt
+                    .as_ref()
+                    .and_then(|r| r.note.as_ref())
+                    .map(|n| format!(": {n}"))
+                    .unwrap_or_default()
+            ),
+        )
+        .into()),
     }
 }
 
@@ -201,17 +249,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "spawned {} ({}, profile {}) pid {} charter sha256 {}",
-                    s(&v["name"]),
-                    s(&v["role"]),
-                    s(&v["profile"]),
-                    s(&v["pid"]),
-                    s(&v["charter_sha256"])
-                );
-                for n in v["notes"].as_array().cloned().unwrap_or_default() {
-                    say!("  {}", s(&n));
-                }
+                print!("{}", print_spawned(&parse(&v, "POST /members")?));
             }
         }
         Cmd::List { json } => {
@@ -219,7 +257,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print_members(&v)
+                print!("{}", print_members(&parse(&v, "GET /members")?))
             }
         }
         Cmd::Status { name, json } => {
@@ -230,48 +268,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        say!(
-                            "{} ({}{})",
-                            s(&v["name"]),
-                            s(&v["role"]),
-                            v["slot"]
-                                .as_str()
-                                .map(|x| format!(", slot {x}"))
-                                .unwrap_or_default()
+                        print!(
+                            "{}",
+                            print_member_detail(&parse(&v, &format!("GET /members/{n}"))?)
                         );
-                        say!(
-                            "  status     {} for {}{}",
-                            s(&v["status"]),
-                            ago(v["status_since"].as_u64()),
-                            if v["slot_view"]["pinned_by_signal"] == true {
-                                " (by signal)"
-                            } else {
-                                ""
-                            }
-                        );
-                        say!("  parent     {}", s(&v["parent"]));
-                        say!("  pid        {}", s(&v["pid"]));
-                        say!("  profile    {}", s(&v["profile"]));
-                        say!("  charter    sha256 {}", s(&v["charter_sha256"]));
-                        say!(
-                            "  queue      {} waiting{}",
-                            v["queue"]["queued"].as_array().map_or(0, |a| a.len()),
-                            if v["queue"]["stalled"] == true {
-                                ", held behind a stalled message"
-                            } else {
-                                ""
-                            }
-                        );
-                        say!(
-                            "  owes       {}",
-                            v["owes"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-                                .unwrap_or_default()
-                        );
-                        if let Some(r) = v["exit"]["reason"].as_str() {
-                            say!("  exit       {r}");
-                        }
                     }
                 }
                 None => {
@@ -279,63 +279,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v);
                     } else {
-                        say!(
-                            "fleetd {} on {} (pid {}), up {}",
-                            s(&v["version"]),
-                            s(&v["host"]),
-                            s(&v["pid"]),
-                            ago(v["started_at"].as_u64())
-                        );
-                        say!("  state dir  {}", s(&v["state_dir"]));
-                        say!(
-                            "  members    {}",
-                            v["members"]
-                                .as_object()
-                                .map(|m| m
-                                    .iter()
-                                    .map(|(k, n)| format!("{n} {k}"))
-                                    .collect::<Vec<_>>()
-                                    .join(", "))
-                                .unwrap_or_default()
-                        );
-                        say!("  tickets    {} open", s(&v["open_tickets"]));
-                        let restarts: u64 = v["children"]
-                            .as_array()
-                            .map(|a| a.iter().filter_map(|c| c["restarts_total"].as_u64()).sum())
-                            .unwrap_or(0);
-                        say!(
-                            "  actors     {} supervised, {restarts} restarts",
-                            v["children"].as_array().map_or(0, |a| a.len())
-                        );
-                        say!("  public key {}", s(&v["public_key"]));
-                        say!(
-                            "  ledger     {} entries{}; verifier key {}",
-                            s(&v["ledger"]["entries"]),
-                            v["ledger"]["broken"]
-                                .as_str()
-                                .map(|b| format!(" (BROKEN: {b})"))
-                                .unwrap_or_default(),
-                            s(&v["ledger_vkey"])
-                        );
-                        say!("  witness    cosigner key {}", s(&v["witness_vkey"]));
-                        let open = v["open_decisions"].as_array().cloned().unwrap_or_default();
-                        say!(
-                            "  decisions  {} open{}",
-                            open.len(),
-                            open.iter()
-                                .map(|d| format!(
-                                    "; {} missing {}",
-                                    s(&d["id"]),
-                                    d["missing"]
-                                        .as_array()
-                                        .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                        .unwrap_or_default()
-                                ))
-                                .collect::<String>()
-                        );
-                        if let Some(e) = v["escalation"].as_str() {
-                            say!("  ESCALATED  {e}");
-                        }
+                        print!("{}", print_daemon_status(&parse(&v, "GET /status")?));
                     }
                 }
             }
@@ -355,52 +299,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post(&format!("/members/{name}/messages"), &body)
                 .await
                 .map_err(api)?;
-            let t = &v["ticket"];
             if json {
                 print_json(&v);
-            } else {
-                say!(
-                    "{} to {}: {} (receipt {})",
-                    s(&t["id"]),
-                    s(&t["to"]),
-                    s(&t["state"]),
-                    s(&t["receipt"]["state"])
-                );
-                if let Some(r) = t["reply"]["text"].as_str().or(t["tail"]["text"].as_str()) {
-                    say!("{r}");
-                }
             }
-            if wait {
-                match t["state"].as_str() {
-                    Some("replied" | "tail") => {}
-                    Some("open") => {
-                        return Err(Failed::new(
-                            3,
-                            format!(
-                                "no reply {}: ticket {} is still open (receipt {}); `fleetd tickets {}` follows it",
-                                wait_secs.map_or("within the daemon's wait bound".to_string(), |w| format!("within {w} s")),
-                                s(&t["id"]),
-                                s(&t["receipt"]["state"]),
-                                s(&t["id"])
-                            ),
-                        )
-                        .into());
-                    }
-                    other => {
-                        return Err(Failed::new(
-                            1,
-                            format!(
-                                "ticket {} ended {} without a reply{}",
-                                s(&t["id"]),
-                                other.unwrap_or("?"),
-                                t["receipt"]["note"]
-                                    .as_str()
-                                    .map(|n| format!(": {n}"))
-                                    .unwrap_or_default()
-                            ),
-                        )
-                        .into());
-                    }
+            if !json || wait {
+                let sent: SendResult = parse(&v, &format!("POST /members/{name}/messages"))?;
+                if !json {
+                    print!("{}", print_sent(&sent));
+                }
+                if wait {
+                    waited(&sent, wait_secs)?;
                 }
             }
         }
@@ -421,7 +329,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                say!("replied to {}", s(&v["id"]))
+                let t: TicketView = parse(&v, &format!("POST /tickets/{ticket}/reply"))?;
+                say!("replied to {}", t.ticket.id)
             }
         }
         Cmd::Stop {
@@ -439,7 +348,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                say!("{} stopped: {}", s(&v["name"]), s(&v["exit"]["reason"]))
+                print!(
+                    "{}",
+                    print_stopped(&parse(&v, &format!("DELETE /members/{name}"))?)
+                )
             }
         }
         Cmd::Attach { name } => attach(&client(&sd)?, &name).await?,
@@ -458,7 +370,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print_ticket(&v)
+                        print!(
+                            "{}",
+                            print_ticket(&parse(&v, &format!("GET /tickets/{id}"))?)
+                        )
                     }
                 }
                 None => {
@@ -466,7 +381,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     if json {
                         print_json(&v)
                     } else {
-                        print_tickets(&v)
+                        print!("{}", print_tickets(&parse::<Vec<_>>(&v, "GET /tickets")?))
                     }
                 }
             }
@@ -476,7 +391,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v)
             } else {
-                print_tickets(&v)
+                print!("{}", print_tickets(&parse::<Vec<_>>(&v, "GET /poll")?))
             }
         }
         Cmd::Ack { ticket } => {
@@ -584,7 +499,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print_agents(&v);
+                print!("{}", print_agents(&parse::<Vec<_>>(&v, "GET /agents")?));
             }
         }
         Cmd::Fault { target } => {
@@ -601,39 +516,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                let rows = v
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|d| {
-                        vec![
-                            s(&d["id"]),
-                            s(&d["state"]),
-                            ago(Some(
-                                fleetd_actors::clock::Clock::now(
-                                    &fleetd_actors::clock::SystemClock,
-                                )
-                                .saturating_sub(d["age_ms"].as_u64().unwrap_or(0)),
-                            )),
-                            d["slots"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                .unwrap_or_default(),
-                            d["missing"]
-                                .as_array()
-                                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(","))
-                                .unwrap_or_default(),
-                            s(&d["deadline"]),
-                            fleetd_actors::types::truncate(d["subject"].as_str().unwrap_or(""), 50),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &[
-                        "DECISION", "STATE", "AGE", "SLOTS", "MISSING", "DEADLINE", "SUBJECT",
-                    ],
-                    rows,
+                print!(
+                    "{}",
+                    print_decisions(&parse::<Vec<_>>(&v, "GET /decisions")?)
                 );
             }
         }
@@ -647,7 +532,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                print_decision(&v);
+                print!(
+                    "{}",
+                    print_decision(&parse(&v, &format!("GET /decisions/{id}"))?)
+                );
             }
         }
         Cmd::Peers { json } => {
@@ -655,43 +543,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "this host: {} (key {}), links {}",
-                    s(&v["host"]),
-                    s(&v["public_key"]),
-                    v["listen"]
-                        .as_str()
-                        .map_or("off (link.listen is not set)".to_string(), |l| format!(
-                            "on {l}"
-                        ))
-                );
-                let rows = v["links"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|l| {
-                        vec![
-                            s(&l["peer"]),
-                            s(&l["addr"]),
-                            s(&l["phase"]),
-                            ago(l["since"].as_u64()),
-                            l["rtt_us"]
-                                .as_u64()
-                                .map_or("-".into(), |r| format!("{:.2} ms", r as f64 / 1000.0)),
-                            match l["dialled"].as_bool() {
-                                Some(true) => "dialled".into(),
-                                Some(false) => "accepted".into(),
-                                None => "-".into(),
-                            },
-                            l["reason"].as_str().unwrap_or("").to_string(),
-                        ]
-                    })
-                    .collect();
-                table(
-                    &["PEER", "ADDR", "STATE", "SINCE", "RTT", "BY", "WHY DOWN"],
-                    rows,
-                );
+                print!("{}", print_peers(&parse(&v, "GET /peers")?));
             }
         }
         Cmd::Drift {
@@ -701,21 +553,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             if json {
                 print_json(&v);
             } else {
-                say!(
-                    "reader {} (the live primary), heartbeat {} s, last pass {}",
-                    s(&v["reader"]),
-                    s(&v["heartbeat_secs"]),
-                    s(&v["last_pass"])
-                );
-                print_drift_reports(v["peers"].as_array().cloned().unwrap_or_default());
-                for a in v["alerts"].as_array().cloned().unwrap_or_default() {
-                    say!(
-                        "ALERT {} {}: {}",
-                        s(&a["rule"]),
-                        s(&a["peer"]),
-                        s(&a["text"])
-                    );
-                }
+                print!("{}", print_drift(&parse(&v, "GET /drift")?));
             }
         }
         Cmd::Dashboard { port } => crate::dashboard::run(state_dir(&sd)?, port).await?,
@@ -724,7 +562,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 .post("/config/reload", &json!({}))
                 .await
                 .map_err(api)?;
-            say!("{}", s(&v["detail"]));
+            let r: Reloaded = parse(&v, "POST /config/reload")?;
+            say!("{}", opt(&r.detail));
         }
         Cmd::Serve { .. }
         | Cmd::Config { .. }

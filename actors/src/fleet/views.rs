@@ -1,10 +1,15 @@
 //! What the operations return: the views of members, tickets, receipts, decisions and the
-//! daemon, as MCP and REST serialise them.
+//! daemon, as MCP and REST serialise them. The ones the CLI prints also deserialize, exactly
+//! back to what was serialised (the CLI reads the daemon's answers as these types).
+//!
+//! Owns the shape of those answers. Must never hold behaviour beyond building a view.
+
+use serde::Deserializer;
 
 use super::*;
 
 /// A member as listings show it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemberView {
     pub name: MemberName,
     pub role: Role,
@@ -20,10 +25,10 @@ pub struct MemberView {
     pub exit: Option<ExitInfo>,
     pub charter_sha256: String,
     /// The agent's own session id, as its hooks reported it (for `fleetd spawn --resume`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// Its own git worktree (`--worktree`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::registry::state::Worktree>,
 }
 
@@ -64,7 +69,7 @@ pub struct SpawnRequest {
 }
 
 /// What a spawn did: the member, and notes (the profile chosen for it, what was wired).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SpawnView {
     #[serde(flatten)]
     pub member: MemberView,
@@ -90,7 +95,7 @@ pub struct SignalAck {
 }
 
 /// A message's delivery receipt.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Receipt {
     pub msg: MsgId,
     pub target: MemberName,
@@ -100,7 +105,7 @@ pub struct Receipt {
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
     /// The text held characters that may not reach a terminal; they were shown visibly.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub altered: Option<String>,
 }
 
@@ -149,11 +154,38 @@ impl Serialize for TicketView {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// The inverse of the serialisation above: a ticket for another host's lead, shown
+/// `to: MEMBER@HOST`, names the member again (HOST is `remote.host`; any other suffix is
+/// refused, as a name with an `@` is).
+impl<'de> Deserialize<'de> for TicketView {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let receipt = match fields.remove("receipt") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(r) => Some(Receipt::deserialize(r).map_err(D::Error::custom)?),
+        };
+        let host = fields
+            .get("remote")
+            .and_then(|r| r.get("host"))
+            .and_then(|h| h.as_str())
+            .map(|h| format!("@{h}"));
+        if let (Some(host), Some(serde_json::Value::String(to))) = (host, fields.get_mut("to"))
+            && let Some(member) = to.strip_suffix(&host)
+        {
+            *to = member.to_string();
+        }
+        let ticket =
+            Ticket::deserialize(serde_json::Value::Object(fields)).map_err(D::Error::custom)?;
+        Ok(TicketView { ticket, receipt })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SendResult {
     pub ticket: TicketView,
     /// For `wait: true`: whether the ticket resolved within the wait.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<bool>,
 }
 
@@ -229,7 +261,7 @@ pub struct ListView {
 }
 
 /// A decision in listings.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DecisionSummary {
     pub id: DecisionId,
     pub subject: String,
