@@ -166,10 +166,16 @@ async fn start_post_office(
 ) -> anyhow::Result<()> {
     use fleetd_actors::mail::actor::{MailActor, MailArgs};
     let f = fleet.clone();
+    let hand_on: fleetd_actors::mail::actor::HandOn = Arc::new(move |origin, from, body| {
+        let f = f.clone();
+        Box::pin(async move { f.deliver_remote(origin, from, body).await })
+    });
+    let ctx = fleet.ctx.clone();
     fleet
         .start_child(ChildSpec::actor("mail", "mail", move || {
             let args = MailArgs {
-                fleet: f.clone(),
+                ctx: ctx.clone(),
+                hand_on: hand_on.clone(),
                 transport: transport.clone(),
                 view: view.clone(),
             };
@@ -408,7 +414,7 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
             Ok(detail)
         }
         Err(e) => {
-            let detail = crate::entry::report(&e);
+            let detail = crate::report::report(&e);
             tracing::error!(%detail, "config reload refused; keeping the running config");
             fleet.ctx.events.emit(EventKind::ConfigReloaded {
                 ok: false,
@@ -423,20 +429,6 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
             Err(FleetError::invalid("config reload", detail, accepted))
         }
     }
-}
-
-/// The umask the process had before the daemon set its own (0o077), for its members.
-static USER_UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-
-/// Set the daemon's umask to 0o077, keeping the one it was started with for its members.
-fn remember_user_umask() {
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let _ = USER_UMASK.set(old.bits() as u32);
-}
-
-/// The umask members get (the one the daemon was started with).
-pub fn user_umask() -> Option<u32> {
-    USER_UMASK.get().copied()
 }
 
 /// Take group and other permissions off what an older fleetd left in the state dir (its top
@@ -472,7 +464,7 @@ impl Daemon {
     ) -> anyhow::Result<Daemon> {
         // Everything the daemon creates is the service user's alone (files 0600, directories
         // 0700); members get the umask the daemon was started with back (see `term`).
-        remember_user_umask();
+        term::remember_user_umask();
         std::fs::create_dir_all(state_dir)
             .with_context(|| format!("could not create the state dir {}", state_dir.display()))?;
         {

@@ -183,60 +183,12 @@ pub fn main() -> ExitCode {
             // A refusal can quote member text: shown, never interpreted by the terminal.
             eprintln!(
                 "fleetd: {}",
-                fleetd_actors::sanitize::for_display(&report(&e))
+                fleetd_actors::sanitize::for_display(&crate::report::report(&e))
             );
             match e.downcast_ref::<crate::cli::Failed>() {
                 Some(f) => ExitCode::from(f.code.max(1)),
                 None => ExitCode::FAILURE,
             }
         }
-    }
-}
-
-/// An error and its causes on one line, outermost first, as `{:#}` prints them, but a cause
-/// whose text its wrapper already quotes is not repeated (many errors keep their source *and*
-/// say it in their own message).
-pub fn report(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.is_empty() {
-            out = text;
-        } else if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::report;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("opening {path}: {source}")]
-    struct Quoting {
-        path: &'static str,
-        #[source]
-        source: std::io::Error,
-    }
-
-    #[test]
-    fn a_cause_is_shown_once_whether_or_not_its_wrapper_quotes_it() {
-        let io = || std::io::Error::other("disk on fire");
-        let quoted = anyhow::Error::new(Quoting {
-            path: "/s",
-            source: io(),
-        });
-        assert_eq!(report(&quoted), "opening /s: disk on fire");
-        let wrapped = anyhow::Error::new(io()).context("reading /s");
-        assert_eq!(report(&wrapped), "reading /s: disk on fire");
-        // The source is kept for code that looks for it.
-        assert!(
-            quoted
-                .chain()
-                .any(|c| c.downcast_ref::<std::io::Error>().is_some())
-        );
     }
 }

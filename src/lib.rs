@@ -23,6 +23,7 @@ pub mod identity;
 pub mod link;
 pub mod mcp;
 pub mod metrics;
+pub mod report;
 pub mod rest;
 pub mod shim;
 pub mod term;

@@ -271,7 +271,7 @@ impl Metrics {
             }
             self.mail_held.set(mail.held_total as i64);
         });
-        self.drift_alerts_open.set(ctx.drift.alerts().len() as i64);
+        self.drift_alerts_open.set(ctx.drift_alerts().len() as i64);
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -443,7 +443,7 @@ fn signal_group(pid: u32, sig: Signal) {
 
 fn write_exit_file(path: &Path, rec: &ExitRecord) -> std::io::Result<()> {
     let json = serde_json::to_vec(rec).unwrap_or_default();
-    fleetd_actors::fleet::write_private(path, &json)
+    fleetd_actors::files::write_private(path, &json)
 }
 
 // ---- the daemon's side ---------------------------------------------------------------
@@ -497,7 +497,7 @@ impl HostBackend {
         for k in &spec.unset {
             cmd.arg("--unset").arg(k);
         }
-        if let Some(m) = crate::daemon::user_umask() {
+        if let Some(m) = user_umask() {
             cmd.arg("--umask").arg(m.to_string());
         }
         if let Some(cwd) = &spec.cwd {
@@ -730,4 +730,18 @@ impl TermBackend for HostBackend {
             }
         }
     }
+}
+
+/// The umask the process had before the daemon set its own (0o077), for its members.
+static USER_UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Set the daemon's umask to 0o077, keeping the one it was started with for its members.
+pub fn remember_user_umask() {
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let _ = USER_UMASK.set(old.bits() as u32);
+}
+
+/// The umask members get (the one the daemon was started with).
+pub fn user_umask() -> Option<u32> {
+    USER_UMASK.get().copied()
 }

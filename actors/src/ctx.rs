@@ -4,8 +4,9 @@
 //!
 //! Owns none of the state it reaches. Each read model is written by one owner through its
 //! [`Publisher`] (the registry: the pid index; the ledger writer: the decisions and their ids;
-//! the supervisor: why it escalated; the post office, the peer links and the anchor puller:
-//! their views; a config reload: the live config), handed out once at boot in [`Publishers`];
+//! the supervisor: why it escalated; the drift scheduler, pullers and alerter: passes, reports
+//! and alerts; the post office, the peer links and the anchor puller: their views; a config
+//! reload: the live config), handed out once at boot in [`Publishers`];
 //! ids are allocated in their owners' cores. Must never hold a rule, a lock over state, or an
 //! id counter; and must never name an actor's messages (the directory is keyed by type).
 
@@ -16,6 +17,8 @@ use std::sync::Arc;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::decision::state::{Board, Decision};
+use crate::drift::alerts::{Alert, AlertLog};
+use crate::drift::gates::{Pass, Report};
 use crate::drift::remote::RemoteAnchor;
 use crate::events::EventBus;
 use crate::link::state::LinkView;
@@ -49,17 +52,35 @@ pub struct Views {
     /// Every anchor held of identities homed on other hosts (the anchor puller; the drift pass
     /// runs the gates on them).
     pub remote_anchors: View<Vec<RemoteAnchor>>,
+    /// The last drift pass (the drift scheduler).
+    pub drift_pass: View<Option<Pass>>,
+    /// What each peer's drift puller last reported, by peer (each puller its own entry).
+    pub drift_reports: View<BTreeMap<String, Report>>,
+    /// The kept drift alerts and those raised in this run (the alerter).
+    pub alerts: View<AlertLog>,
 }
 
-/// The writing halves, handed once at boot to each read model's owner: [`crate::fleet::Fleet::boot`]
-/// gives the first four to the config reload, the registry, the ledger writer and the supervisor,
-/// and returns [`LinkPublishers`] for the daemon to give to what it starts for peer hosts.
+/// The writing halves, handed once at boot to each read model's owner: `Fleet::boot` gives them
+/// to the config reload, the registry, the ledger writer, the supervisor, the drift scheduler
+/// and the alerter, and returns [`LinkPublishers`] for the daemon to give to what it starts for
+/// peer hosts.
 pub struct Publishers {
     pub config: Publisher<Arc<Config>>,
     pub pids: Publisher<PidIndex>,
     pub decisions: Publisher<Board>,
     pub escalation: Publisher<Option<String>>,
+    pub drift: DriftPublishers,
     pub hosts: LinkPublishers,
+}
+
+/// The writing halves of the drift protocol's read models.
+pub struct DriftPublishers {
+    /// The scheduler.
+    pub pass: Publisher<Option<Pass>>,
+    /// The scheduler, which hands each puller its entry.
+    pub reports: Publisher<BTreeMap<String, Report>>,
+    /// The alerter.
+    pub alerts: Publisher<AlertLog>,
 }
 
 /// The writing halves of what the peer-host side publishes.
@@ -87,8 +108,8 @@ pub struct Ctx {
     /// The host's ed25519 key: signs ledger checkpoints and drift lines, and is the identity
     /// its peer links authenticate (their TLS certificates carry it).
     pub host_key: ed25519_dalek::SigningKey,
-    /// The drift protocol's live state (reports, alerts, the KB index).
-    pub drift: crate::drift::service::DriftState,
+    /// One append to the drift KB at a time (a lock over files, not over state).
+    pub kb_append: tokio::sync::Mutex<()>,
 }
 
 /// Makes an actor panic (debug builds; supervision tests). Registered in the directory under its
@@ -96,8 +117,8 @@ pub struct Ctx {
 pub type FaultHook = Arc<dyn Fn() + Send + Sync>;
 
 impl Ctx {
-    /// The services, and the publishers of their read models (for [`crate::fleet::Fleet::boot`]
-    /// to hand to each owner).
+    /// The services, and the publishers of their read models (for `Fleet::boot` to hand to
+    /// each owner).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
@@ -117,6 +138,9 @@ impl Ctx {
         let (links_p, links) = channel(BTreeMap::new());
         let (mail_p, mail) = channel(MailView::default());
         let (anchors_p, remote_anchors) = channel(vec![]);
+        let (pass_p, drift_pass) = channel(None);
+        let (reports_p, drift_reports) = channel(BTreeMap::new());
+        let (alerts_p, alerts) = channel(AlertLog::default());
         let ctx = Ctx {
             store,
             events,
@@ -131,18 +155,26 @@ impl Ctx {
                 links,
                 mail,
                 remote_anchors,
+                drift_pass,
+                drift_reports,
+                alerts,
             },
             state_dir,
             fleetd_exe,
             started_at,
             host_key,
-            drift: Default::default(),
+            kb_append: tokio::sync::Mutex::new(()),
         };
         let publishers = Publishers {
             config: config_p,
             pids: pids_p,
             decisions: decisions_p,
             escalation: escalation_p,
+            drift: DriftPublishers {
+                pass: pass_p,
+                reports: reports_p,
+                alerts: alerts_p,
+            },
             hosts: LinkPublishers {
                 links: links_p,
                 mail: mail_p,
@@ -214,6 +246,25 @@ impl Ctx {
     /// Why the daemon escalated, once it has.
     pub fn escalation(&self) -> Option<String> {
         self.views.escalation.get()
+    }
+
+    /// Whose eyes the pullers read with (G4): the live primary, as the last pass found it.
+    pub fn drift_reader(&self) -> Option<String> {
+        self.views
+            .drift_pass
+            .with(|p| p.as_ref().and_then(|p| p.reader.clone()))
+    }
+
+    /// What each peer's puller last reported.
+    pub fn drift_reports(&self) -> Vec<Report> {
+        self.views
+            .drift_reports
+            .with(|r| r.values().cloned().collect())
+    }
+
+    /// The kept drift alerts, oldest first.
+    pub fn drift_alerts(&self) -> Vec<Alert> {
+        self.views.alerts.with(|a| a.alerts())
     }
 
     pub fn mailbox_cap(&self) -> usize {

@@ -74,7 +74,7 @@ pub fn save(path: &std::path::Path, key: &SigningKey) -> Result<(), FleetError> 
             "another path, or remove the old key deliberately",
         ));
     }
-    crate::fleet::write_private(path, B64.encode(key.to_bytes()).as_bytes())
+    crate::files::write_private(path, B64.encode(key.to_bytes()).as_bytes())
         .map_err(|e| FleetError::internal(format!("key file {}", path.display()), e.to_string()))?;
     let mut pubpath = path.as_os_str().to_owned();
     pubpath.push(".pub");

@@ -18,6 +18,7 @@ pub mod decision;
 pub mod directory;
 pub mod drift;
 pub mod events;
+pub mod files;
 pub mod fleet;
 pub mod injector;
 pub mod keys;

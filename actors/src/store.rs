@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::decision::state::Refused;
-use crate::drift::service::CachedAnchor;
+use crate::drift::cache::CachedAnchor;
 use crate::error::FleetError;
 use crate::injector::state::{Message, ReceiptState};
 use crate::mail::state::Envelope;

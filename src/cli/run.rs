@@ -473,7 +473,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => eprintln!(
                     "fleetd signal --hook: {}",
-                    fleetd_actors::sanitize::for_display(&crate::entry::report(&e))
+                    fleetd_actors::sanitize::for_display(&crate::report::report(&e))
                 ),
                 Err(_) => eprintln!("fleetd signal --hook: the daemon did not answer within 5 s"),
             }

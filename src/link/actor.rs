@@ -310,8 +310,7 @@ impl Conns {
     }
 }
 
-/// The connection in use per peer (links that are up), for requests.
-pub type Current = Arc<RwLock<HashMap<String, quinn::Connection>>>;
+pub use super::endpoint::Current;
 
 pub struct LinkArgs {
     /// This link's entry of the links view (it writes no other).

@@ -22,7 +22,7 @@ use fleetd_actors::timer::Timer;
 use fleetd_actors::types::Millis;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::actor::Current;
+use super::endpoint::Current;
 use super::endpoint::Peer;
 use super::wire::{self, Request, Response};
 
@@ -172,7 +172,7 @@ impl PullerState {
         let body = serde_json::to_vec_pretty(&e).unwrap_or_default();
         let write = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&dir)?;
-            fleetd_actors::fleet::write_private(&dir.join(name), &body)
+            fleetd_actors::files::write_private(&dir.join(name), &body)
         })
         .await;
         if !matches!(write, Ok(Ok(()))) {

@@ -387,6 +387,10 @@ async fn welcome(
     }
 }
 
+/// The connection in use per peer (links that are up), for requests: written by each peer's
+/// link actor, read by whoever sends a request (mail, anchors, witnessing).
+pub type Current = Arc<std::sync::RwLock<std::collections::HashMap<String, quinn::Connection>>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

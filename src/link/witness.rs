@@ -120,7 +120,7 @@ impl WitnessService {
                 path.clone(),
                 serde_json::to_vec_pretty(w).unwrap_or_default(),
             );
-            tokio::task::spawn_blocking(move || fleetd_actors::fleet::write_private(&path, &body))
+            tokio::task::spawn_blocking(move || fleetd_actors::files::write_private(&path, &body))
         };
         match verdict {
             Verdict::Cosign(w) => {
@@ -278,7 +278,7 @@ impl WitnessService {
                         .join("witness-cosigs")
                         .join(format!("{peer}.note"));
                     let kept = tokio::task::spawn_blocking(move || {
-                        fleetd_actors::fleet::write_private(&p, body.as_bytes())
+                        fleetd_actors::files::write_private(&p, body.as_bytes())
                     })
                     .await;
                     if matches!(kept, Ok(Ok(()))) {

@@ -3,17 +3,21 @@
 //! anchor durably (and keeps using it while the peer's logs cannot be read), and raises each new
 //! alert once. Must never decide a gate: `gates` does.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::ctx::SharedCtx;
-use crate::drift::gates::{self, Index};
+use crate::directory::Directory;
+use crate::drift::alerter::AlerterMsg;
+use crate::drift::cache::{CachedAnchor, refreshed};
+use crate::drift::gates::{self, Index, Pass, Report};
 use crate::drift::line::NewLine;
-use crate::drift::service::{CachedAnchor, append, params, raise, read_index};
+use crate::drift::service::{append, params, raise, read_index};
 use crate::error::FleetError;
+use crate::publish::{EntryPublisher, Publisher};
 use crate::supervisor::actor::ChildSpec;
 
 pub enum SchedulerMsg {
@@ -34,8 +38,17 @@ pub enum PullerMsg {
 
 pub struct DriftScheduler;
 
+/// The scheduler publishes each pass, and hands each puller its entry of the reports.
+pub struct SchedulerArgs {
+    pub ctx: SharedCtx,
+    pub pass: Publisher<Option<Pass>>,
+    pub reports: Publisher<BTreeMap<String, Report>>,
+}
+
 pub struct SchedulerState {
     ctx: SharedCtx,
+    pass: Publisher<Option<Pass>>,
+    reports: Publisher<BTreeMap<String, Report>>,
 }
 
 /// The live primary's name: the reader the pullers read as.
@@ -54,15 +67,19 @@ async fn live_primary(ctx: &SharedCtx) -> Option<String> {
 impl Actor for DriftScheduler {
     type Msg = SchedulerMsg;
     type State = SchedulerState;
-    type Arguments = SharedCtx;
+    type Arguments = SchedulerArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<SchedulerMsg>,
-        ctx: SharedCtx,
+        a: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
         let _ = myself.cast(SchedulerMsg::Pass);
-        Ok(SchedulerState { ctx })
+        Ok(SchedulerState {
+            ctx: a.ctx,
+            pass: a.pass,
+            reports: a.reports,
+        })
     }
 
     async fn handle(
@@ -89,7 +106,7 @@ impl Actor for DriftScheduler {
             Err(e) => {
                 // The whole KB is unreadable: pullers keep their cached anchors until next time.
                 tracing::warn!(error = %e, "the drift KB could not be read; keeping cached anchors, retrying next heartbeat");
-                let reports = st.ctx.drift.reports();
+                let reports = st.ctx.drift_reports();
                 st.ctx.events.emit(crate::events::EventKind::DriftPass {
                     peers: reports.len(),
                     untrusted: reports
@@ -104,26 +121,21 @@ impl Actor for DriftScheduler {
             }
         };
         let now = st.ctx.now();
-        *st.ctx
-            .drift
-            .last_index
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = Some((now, index.clone()));
         let reader = live_primary(&st.ctx).await;
-        *st.ctx
-            .drift
-            .reader
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = reader.clone();
+        st.pass.publish(Some(Pass {
+            at: now,
+            index: index.clone(),
+            reader: reader.clone(),
+        }));
         let p = params(&st.ctx);
         let peers: BTreeSet<String> = gates::peers(&index, &p, reader.as_deref())
             .into_iter()
             .collect();
         let mut waits = Vec::with_capacity(peers.len());
         for peer in &peers {
-            let a = match st.ctx.drift.puller(peer) {
+            let a = match st.ctx.dir.drift_puller(peer) {
                 Some(a) => a,
-                None => match start_puller(&st.ctx, peer).await {
+                None => match start_puller(&st.ctx, st.reports.entry(peer.clone())).await {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(%peer, error = %e, "could not start a drift puller");
@@ -162,8 +174,7 @@ impl Actor for DriftScheduler {
                 }
             }
             let untrusted = ctx
-                .drift
-                .reports()
+                .drift_reports()
                 .iter()
                 .filter(|r| {
                     peers.contains(&r.peer) && r.verdict == crate::drift::gates::Verdict::Untrusted
@@ -181,30 +192,44 @@ impl Actor for DriftScheduler {
     }
 }
 
-/// Start `drift:PEER` under the root supervisor; returns its ref once it runs.
-async fn start_puller(ctx: &SharedCtx, peer: &str) -> Result<ActorRef<PullerMsg>, FleetError> {
+/// Start `drift:PEER` (the peer is `report`'s key) under the root supervisor; returns its ref
+/// once it runs.
+async fn start_puller(
+    ctx: &SharedCtx,
+    report: EntryPublisher<String, Report>,
+) -> Result<ActorRef<PullerMsg>, FleetError> {
     let sup = ctx
         .dir
         .supervisor()
         .ok_or_else(|| FleetError::unavailable("a drift puller", "the supervisor is not up"))?;
-    let (c, p) = (ctx.clone(), peer.to_string());
+    let peer = report.key().clone();
+    let c = ctx.clone();
     let spec = ChildSpec::actor(format!("drift:{peer}"), "drift", move || {
         let args = PullerArgs {
             ctx: c.clone(),
-            peer: p.clone(),
+            report: report.clone(),
         };
         (DriftPuller, args)
     });
     crate::supervisor::actor::start_child(&sup, spec).await?;
     // The puller registered itself in pre_start.
-    ctx.drift
-        .puller(peer)
+    ctx.dir
+        .drift_puller(&peer)
         .ok_or_else(|| FleetError::internal("a drift puller", "it did not register"))
 }
 
+/// A puller writes its own peer's report and no other.
 pub struct PullerArgs {
     pub ctx: SharedCtx,
-    pub peer: String,
+    pub report: EntryPublisher<String, Report>,
+}
+
+/// How a peer's drift puller is found: the directory's entry under the peer's name, registered
+/// by the puller itself.
+impl Directory {
+    pub fn drift_puller(&self, peer: &str) -> Option<ActorRef<PullerMsg>> {
+        self.get(peer)
+    }
 }
 
 pub struct DriftPuller;
@@ -212,6 +237,7 @@ pub struct DriftPuller;
 pub struct PullerState {
     ctx: SharedCtx,
     peer: String,
+    report: EntryPublisher<String, Report>,
     cached: Option<CachedAnchor>,
 }
 
@@ -225,8 +251,8 @@ impl Actor for DriftPuller {
         myself: ActorRef<PullerMsg>,
         a: PullerArgs,
     ) -> Result<PullerState, ActorProcessingErr> {
-        a.ctx.drift.set_puller(&a.peer, myself);
-        let peer = a.peer.clone();
+        let peer = a.report.key().clone();
+        a.ctx.dir.set(&peer, Some(myself.get_id()), myself.clone());
         let cached = a
             .ctx
             .store
@@ -238,7 +264,8 @@ impl Actor for DriftPuller {
         // After a restart the last pass is re-read from the shared index right away.
         Ok(PullerState {
             ctx: a.ctx,
-            peer: a.peer,
+            peer,
+            report: a.report,
             cached,
         })
     }
@@ -248,17 +275,10 @@ impl Actor for DriftPuller {
         myself: ActorRef<PullerMsg>,
         st: &mut PullerState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some((_, ix)) = st
-            .ctx
-            .drift
-            .last_index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some(pass) = st.ctx.views.drift_pass.get() {
             let _ = myself.cast(PullerMsg::Pull {
-                index: ix,
-                reader: st.ctx.drift_reader(),
+                index: pass.index,
+                reader: pass.reader,
                 done: None,
             });
         }
@@ -295,20 +315,11 @@ impl Actor for DriftPuller {
             .get(&st.peer)
             .is_none_or(|o| o.unreadable.is_none());
         // Keep the last good anchor durably (only from a real read, never from the cache itself).
-        if readable
-            && let (Some(anchor), Some(ts), Some(tick)) =
-                (&report.anchor, &report.anchor_ts, report.anchor_tick)
-            && st
-                .cached
-                .as_ref()
-                .is_none_or(|c| &c.anchor != anchor || &c.ts != ts)
-        {
-            let c = CachedAnchor {
-                anchor: anchor.clone(),
-                ts: ts.clone(),
-                tick,
-                pulled_at: p.now,
-            };
+        let found = match (&report.anchor, &report.anchor_ts, report.anchor_tick) {
+            (Some(a), Some(ts), Some(tick)) => Some((a.as_str(), ts.as_str(), tick)),
+            _ => None,
+        };
+        if let Some(c) = refreshed(found, readable, st.cached.as_ref(), p.now) {
             let (peer, c2) = (st.peer.clone(), c.clone());
             if let Err(e) = st
                 .ctx
@@ -322,14 +333,9 @@ impl Actor for DriftPuller {
         }
         // The report is visible (status, /drift) before its alerts are raised, so whoever
         // reacts to an alert sees the verdict that caused it.
-        let fresh: Vec<(crate::drift::gates::AlertRule, String)> = report
-            .raise
-            .iter()
-            // A conflict is raised once, not at every heartbeat (nor again after a restart).
-            .filter(|(_, a)| st.ctx.drift.first_raise(&st.peer, a))
-            .cloned()
-            .collect();
-        st.ctx.drift.set_report(report);
+        // A conflict is raised once, not at every heartbeat (nor again after a restart).
+        let fresh = fresh_alerts(&st.ctx, &st.peer, &report.raise).await;
+        st.report.publish(report);
         for (rule, a) in &fresh {
             let rule = *rule;
             raise(&st.ctx, &st.peer, rule, a.clone()).await;
@@ -347,5 +353,44 @@ impl Actor for DriftPuller {
             let _ = d.send(());
         }
         Ok(())
+    }
+}
+
+/// Which of `raise` the alerter has not seen raised about `peer` in this run (none, if the
+/// alerter cannot be asked: an alert is never raised twice for want of an answer).
+async fn fresh_alerts(
+    ctx: &SharedCtx,
+    peer: &str,
+    raise: &[(gates::AlertRule, String)],
+) -> Vec<(gates::AlertRule, String)> {
+    if raise.is_empty() {
+        return vec![];
+    }
+    let texts = raise.iter().map(|(_, t)| t.clone()).collect();
+    let asked = match crate::drift::alerter::alerter(ctx).await {
+        Ok(a) => {
+            a.call(
+                |reply| AlerterMsg::Fresh {
+                    peer: peer.to_string(),
+                    texts,
+                    reply,
+                },
+                Duration::from_secs(5),
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    match asked {
+        Ok(fresh) => raise
+            .iter()
+            .zip(fresh)
+            .filter(|(_, f)| *f)
+            .map(|(r, _)| r.clone())
+            .collect(),
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "drift alerts not raised this pass: the alerter did not answer");
+            vec![]
+        }
     }
 }

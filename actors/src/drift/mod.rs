@@ -3,9 +3,12 @@
 //! scheduler and the supervised puller per peer).
 
 pub mod actor;
+pub mod alerter;
 pub use fleetd_core::drift::alerts;
+pub use fleetd_core::drift::cache;
 pub use fleetd_core::drift::gates;
 pub mod kb;
 pub use fleetd_core::drift::line;
 pub use fleetd_core::drift::remote;
+pub use fleetd_core::drift::role;
 pub mod service;

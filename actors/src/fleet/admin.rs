@@ -148,7 +148,7 @@ impl Fleet {
             return Ok(());
         }
         if let Some(peer) = target.strip_prefix("drift:") {
-            let a = self.ctx.drift.puller(peer).ok_or_else(|| {
+            let a = self.ctx.dir.drift_puller(peer).ok_or_else(|| {
                 FleetError::not_found(target, "no such drift puller", "drift:PEER")
             })?;
             let _ = a.cast(crate::drift::actor::PullerMsg::Panic);

@@ -22,10 +22,12 @@ use tokio::sync::broadcast;
 
 use crate::authz::{Action, authorize, coordinator_row_visible};
 use crate::config::Config;
-use crate::ctx::{LinkPublishers, Publishers, SharedCtx};
+use crate::ctx::{DriftPublishers, LinkPublishers, Publishers, SharedCtx};
 use crate::decision::actor::{DecisionActor, DecisionArgs, DecisionMsg};
 use crate::decision::state::{Decision, authorize_decide, validate_open};
 use crate::directory::Mailbox;
+use crate::drift::actor::SchedulerArgs;
+use crate::drift::alerter::{Alerter, AlerterArgs};
 use crate::error::FleetError;
 use crate::events::EventKind;
 use crate::injector::actor::{InjectorActor, InjectorArgs, InjectorMsg, QueueView};
@@ -47,6 +49,7 @@ use crate::types::{Caller, DecisionId, MemberName, Millis, MsgId, Party, Role, S
 
 mod admin;
 mod decisions;
+mod drift;
 mod members;
 mod messages;
 mod status;
@@ -91,6 +94,7 @@ impl Fleet {
             pids,
             decisions,
             escalation,
+            drift,
             hosts,
         } = publishers;
         let (sup, join) = Actor::spawn(None, Supervisor, (ctx.clone(), escalation))
@@ -134,10 +138,30 @@ impl Fleet {
                 .start_child(spec.on_down(move |id| c.dir.remove_actor(id)))
                 .await?;
         }
+        let DriftPublishers {
+            pass,
+            reports,
+            alerts,
+        } = drift;
+        let c = ctx.clone();
+        fleet
+            .start_child(ChildSpec::actor("alerts", "alerts", move || {
+                let args = AlerterArgs {
+                    ctx: c.clone(),
+                    log: alerts.clone(),
+                };
+                (Alerter, args)
+            }))
+            .await?;
         let c = ctx.clone();
         fleet
             .start_child(ChildSpec::actor("drift", "drift", move || {
-                (crate::drift::actor::DriftScheduler, c.clone())
+                let args = SchedulerArgs {
+                    ctx: c.clone(),
+                    pass: pass.clone(),
+                    reports: reports.clone(),
+                };
+                (crate::drift::actor::DriftScheduler, args)
             }))
             .await?;
         for d in ctx.decision_views().into_iter().filter(|d| d.is_open()) {
@@ -389,25 +413,4 @@ fn check_cwd(name: &MemberName, dir: &str) -> Result<(), FleetError> {
     }
 }
 
-/// Write a file readable only by its owner, durably: a temporary beside it, fsync, rename,
-/// fsync the directory (so the rename itself survives a crash).
-pub fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_data()?;
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
+pub use crate::files::write_private;

@@ -139,13 +139,12 @@ impl Fleet {
             },
             open_decisions: self.open_decisions(),
             drift_alerts: {
-                let a = self.ctx.drift.alerts();
+                let a = self.ctx.drift_alerts();
                 a[a.len().saturating_sub(10)..].to_vec()
             },
             untrusted_peers: self
                 .ctx
-                .drift
-                .reports()
+                .drift_reports()
                 .into_iter()
                 .filter(|r| r.verdict == crate::drift::gates::Verdict::Untrusted)
                 .map(|r| r.peer)

@@ -4,67 +4,21 @@
 
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use serde::Serialize;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::ctx::SharedCtx;
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
-use crate::injector::state::{Effect, Injector, InjectorLimits, Message, ReceiptState, TargetView};
+use crate::injector::state::{Effect, Injector, InjectorLimits, ReceiptState};
 use crate::slot::actor::SlotMsg;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
 use crate::tickets::state::Ticket;
 use crate::timer::Timer;
-use crate::types::{MemberName, MsgId, Status, TicketId, Written};
+use crate::types::{MemberName, Status, TicketId, Written};
 
-pub enum InjectorMsg {
-    /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
-    /// committed in the same transaction as the message, so a send costs one fsync.
-    Enqueue {
-        msg: Box<Message>,
-        ticket: Option<Box<Ticket>>,
-        reply: RpcReplyPort<Result<Message, FleetError>>,
-    },
-    Target(TargetView),
-    /// The slot saw the agent start a turn on message `id`.
-    TurnStarted {
-        id: MsgId,
-    },
-    /// The slot saw no turn start on message `id` in time; `why` says what the screen showed.
-    NotStarted {
-        id: MsgId,
-        why: String,
-    },
-    Tick,
-    PasteResult {
-        id: MsgId,
-        result: Result<(), String>,
-    },
-    Queue {
-        reply: RpcReplyPort<QueueView>,
-    },
-    /// How many messages are queued or in flight (without copying them).
-    Depth {
-        reply: RpcReplyPort<usize>,
-    },
-    Reload,
-    /// Shutting down: deliver nothing more.
-    Quiesce {
-        reply: RpcReplyPort<()>,
-    },
-    /// Debug builds only: panic inside the actor, to exercise supervision.
-    Panic,
-}
-
-/// A target's queue as status views show it.
-#[derive(Clone, Debug, Serialize)]
-pub struct QueueView {
-    pub in_flight: Option<Message>,
-    pub queued: Vec<Message>,
-    pub stalled: bool,
-}
+pub use crate::injector::msg::{InjectorMsg, QueueView};
 
 pub struct InjectorArgs {
     pub ctx: SharedCtx,

@@ -20,7 +20,6 @@ use crate::ctx::SharedCtx;
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
-use crate::fleet::Fleet;
 use crate::mail::state::{
     Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of, report_of,
 };
@@ -90,8 +89,16 @@ pub enum MailMsg {
     Panic,
 }
 
+/// Hands a received mail on to this host's lead, as a ticket `from: lead@SENDER` with its
+/// origin (the fleet's `deliver_remote`, given by whoever starts the post office, so the post
+/// office depends on no operation above it).
+pub type HandOn =
+    Arc<dyn Fn(Origin, crate::types::MemberName, String) -> HandOnFut + Send + Sync + 'static>;
+pub type HandOnFut = Pin<Box<dyn Future<Output = Result<TicketId, FleetError>> + Send>>;
+
 pub struct MailArgs {
-    pub fleet: Fleet,
+    pub ctx: SharedCtx,
+    pub hand_on: HandOn,
     pub transport: Transport,
     /// The post office is the one writer of its view.
     pub view: Publisher<MailView>,
@@ -109,7 +116,7 @@ pub struct Queued {
 
 pub struct MailState {
     ctx: SharedCtx,
-    fleet: Fleet,
+    hand_on: HandOn,
     transport: Transport,
     view: Publisher<MailView>,
     core: Postbox,
@@ -434,7 +441,7 @@ impl MailState {
                 host: m.peer.clone(),
                 ticket: m.ticket,
             };
-            match self.fleet.deliver_remote(origin, m.from, m.body).await {
+            match (self.hand_on)(origin, m.from, m.body).await {
                 Ok(t) => {
                     self.ctx.events.emit(EventKind::MailHanded {
                         peer: m.peer,
@@ -477,7 +484,7 @@ impl Actor for MailActor {
         myself: ActorRef<MailMsg>,
         a: MailArgs,
     ) -> Result<MailState, ActorProcessingErr> {
-        let ctx = a.fleet.ctx.clone();
+        let ctx = a.ctx.clone();
         let (pending, marks, mut epoch) = ctx.store.run(|s| s.load_mail_out()).await?;
         if epoch == 0 {
             // This state dir's first outbox: a fresh epoch tells receivers to forget marks they
@@ -551,7 +558,7 @@ impl Actor for MailActor {
         )));
         let mut st = MailState {
             ctx,
-            fleet: a.fleet,
+            hand_on: a.hand_on,
             transport: a.transport,
             view: a.view,
             core,

@@ -14,7 +14,7 @@ use crate::ctx::SharedCtx;
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
-use crate::injector::actor::InjectorMsg;
+use crate::injector::msg::InjectorMsg;
 use crate::injector::state::{Message, TargetView, delivery_text};
 use crate::registry::actor::RegistryMsg;
 use crate::registry::state::{ExitInfo, MemberRecord};

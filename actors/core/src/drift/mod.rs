@@ -3,6 +3,8 @@
 //! raise each once).
 
 pub mod alerts;
+pub mod cache;
 pub mod gates;
 pub mod line;
 pub mod remote;
+pub mod role;

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::drift::gates::same_role;
 use crate::drift::line::{Kind, Valid};
+use crate::drift::role::same_role;
 use crate::types::Millis;
 
 const DAY_MS: Millis = 86_400_000;

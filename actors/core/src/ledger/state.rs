@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::decision::state::DecisionEvent;
+use crate::decision::event::DecisionEvent;
 use crate::keys;
 use crate::types::Millis;
 
@@ -140,7 +140,7 @@ fn push_opt_str_json(out: &mut String, s: &Option<String>) {
 /// The canonical line of an entry, written directly in sorted-key order (the append hot path).
 /// Equal to `line_of(entry)` by construction; a property test holds it to that.
 pub fn entry_line(e: &Entry) -> String {
-    use crate::decision::state::{Outcome, SlotResult};
+    use crate::decision::event::{Outcome, SlotResult};
     let mut o = String::with_capacity(320);
     o.push_str("{\"actor\":{\"member\":");
     push_str_json(&mut o, &e.actor.member);
@@ -578,7 +578,7 @@ pub fn resume(report: &Report, text: &str) -> LedgerCore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::state::{Outcome, SlotOutcome, SlotResult};
+    use crate::decision::event::{Outcome, SlotOutcome, SlotResult};
     use crate::types::DecisionId;
     use proptest::prelude::*;
 

@@ -293,7 +293,7 @@ impl OwnLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::state::DecisionEvent;
+    use crate::decision::event::DecisionEvent;
     use crate::ledger::state::{Author, LedgerCore};
     use ed25519_dalek::SigningKey;
 

@@ -1,0 +1,57 @@
+//! What an injector is asked and told: its messages, and the queue it shows. Below both the
+//! injector and the slot (which reports to it), so neither shell imports the other both ways.
+
+use ractor::RpcReplyPort;
+use serde::Serialize;
+
+use crate::error::FleetError;
+use crate::injector::state::{Message, TargetView};
+use crate::tickets::state::Ticket;
+use crate::types::MsgId;
+
+pub enum InjectorMsg {
+    /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
+    /// committed in the same transaction as the message, so a send costs one fsync.
+    Enqueue {
+        msg: Box<Message>,
+        ticket: Option<Box<Ticket>>,
+        reply: RpcReplyPort<Result<Message, FleetError>>,
+    },
+    Target(TargetView),
+    /// The slot saw the agent start a turn on message `id`.
+    TurnStarted {
+        id: MsgId,
+    },
+    /// The slot saw no turn start on message `id` in time; `why` says what the screen showed.
+    NotStarted {
+        id: MsgId,
+        why: String,
+    },
+    Tick,
+    PasteResult {
+        id: MsgId,
+        result: Result<(), String>,
+    },
+    Queue {
+        reply: RpcReplyPort<QueueView>,
+    },
+    /// How many messages are queued or in flight (without copying them).
+    Depth {
+        reply: RpcReplyPort<usize>,
+    },
+    Reload,
+    /// Shutting down: deliver nothing more.
+    Quiesce {
+        reply: RpcReplyPort<()>,
+    },
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
+}
+
+/// A target's queue as status views show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueView {
+    pub in_flight: Option<Message>,
+    pub queued: Vec<Message>,
+    pub stalled: bool,
+}
