@@ -32,7 +32,7 @@ use crate::ledger::actor::{LedgerArgs, LedgerMsg, LedgerStatus, LedgerWriter};
 use crate::ledger::state::Entry;
 use crate::mail::actor::MailMsg;
 use crate::registry::actor::{RegistryActor, RegistryMsg, SlotView as ArchitectSlotView};
-use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
+use crate::registry::state::{ExitInfo, MemberRecord};
 use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
 use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
 use crate::term::{LaunchSpec, TermHandle};
