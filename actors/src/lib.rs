@@ -9,7 +9,9 @@
 #![forbid(unsafe_code)]
 
 // The rules (pure, `fleetd-core`).
-pub use fleetd_core::{agents, authz, backoff, clock, config, error, hooks, sanitize, types};
+pub use fleetd_core::{
+    agents, authz, backoff, clock, config, error, hooks, sanitize, spawn, types,
+};
 
 // Shells, and the modules that do I/O. Where a concept has a pure part, its `mod.rs` or the
 // module itself re-exports it from `fleetd-core`.

@@ -17,7 +17,7 @@ use crate::decision::state::Refused;
 use crate::drift::cache::CachedAnchor;
 use crate::error::FleetError;
 use crate::injector::state::{Message, ReceiptState};
-use crate::mail::state::Envelope;
+use crate::mail::envelope::Envelope;
 use crate::registry::state::MemberRecord;
 use crate::tickets::state::Ticket;
 use crate::types::{DecisionId, MemberName, MsgId, TicketId};
@@ -571,7 +571,7 @@ mod tests {
 
     #[test]
     fn received_mail_is_kept_by_arrival_so_a_reused_seq_overwrites_nothing() {
-        use crate::mail::state::{Envelope, Item};
+        use crate::mail::envelope::{Envelope, Item};
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(&dir.path().join("s.redb")).unwrap();
         let env = |seq, t| Envelope {

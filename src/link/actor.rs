@@ -22,7 +22,7 @@ use fleetd_actors::timer::Timer;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use fleetd_actors::mail::actor::MailMsg;
-use fleetd_actors::mail::state::check_received;
+use fleetd_actors::mail::mark::check_received;
 
 use super::anchors::{AnchorArgs, AnchorPuller, AnchorService};
 use super::endpoint::{Endpoint, Link, Peer, close};

@@ -28,7 +28,7 @@ pub enum Request {
     /// state `epoch`. Answered with `Delivered` once the receiver holds it durably.
     Deliver {
         epoch: u64,
-        envelopes: Vec<fleetd_actors::mail::state::Envelope>,
+        envelopes: Vec<fleetd_actors::mail::envelope::Envelope>,
     },
     /// The drift anchors of the identities homed on the answering host (pull-only).
     Anchors,

@@ -1,6 +1,7 @@
 //! fleetd's rules, and nothing else: every actor's pure state machine (`*/state.rs`: events and a
 //! clock in, effects out), the Authz table, the config's shape and check, the drift protocol's
-//! gates, the ledger's format and witnessing, terminal text sanitising, hook meanings.
+//! gates, the ledger's format and witnessing, terminal text sanitising, hook meanings, spawn
+//! planning.
 //!
 //! Pure by construction, as quinn-proto is: this crate's dependencies hold no runtime (no tokio,
 //! no ractor), no database (no redb) and nothing that opens a file or a socket, which
@@ -29,6 +30,7 @@ pub mod mail;
 pub mod registry;
 pub mod sanitize;
 pub mod slot;
+pub mod spawn;
 pub mod supervisor;
 pub mod term;
 pub mod tickets;

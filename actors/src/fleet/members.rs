@@ -1,7 +1,18 @@
-//! Members: who a caller is, spawning (planning the name, slot, profile, directory and
-//! worktree, then starting the slot and injector), a member in detail, stopping and draining.
+//! Members: who a caller is, spawning (performing the plan `spawn` makes: reserve, charter,
+//! worktree, wiring, launch, bind, then starting the slot and injector), a member in detail,
+//! stopping and draining.
 
 use super::*;
+use crate::spawn;
+
+/// What `prepare` wrote for a launch: the agent's wiring (its extra arguments, environment and
+/// summary), the worktree made, the member's directory, the charter's sha256.
+struct Prepared {
+    wiring: crate::agents::Wiring,
+    worktree: Option<crate::registry::state::Worktree>,
+    cwd: Option<String>,
+    charter_sha256: String,
+}
 
 impl Fleet {
     /// Who `caller` is to this fleet: its name, role, slot, parent and charter digest, or, for
@@ -48,187 +59,73 @@ impl Fleet {
     }
 
     /// An exited member that can be resumed: its record, with the session id its hooks
-    /// reported.
+    /// reported (the rule is `spawn::resumable`; this looks the record up).
     pub(super) async fn resumable(&self, name: &str) -> Result<MemberRecord, FleetError> {
-        let what = format!(
-            "fleet_spawn {{resume: {}}}",
-            crate::types::truncate(name, 40)
-        );
         let n = member_name(name)?;
-        let rec = self.member(&n).await?.ok_or_else(|| {
-            FleetError::not_found(
-                what.clone(),
-                format!("no member `{n}` is remembered"),
-                "the name of an exited member (fleet_list shows them)",
-            )
-        })?;
-        if rec.is_live() {
-            return Err(FleetError::conflict(
-                what,
-                format!("`{n}` is still running"),
-                "resume of an exited member (stop it first)",
-            ));
-        }
-        if rec.session_id.is_none() {
-            return Err(FleetError::conflict(
-                what,
-                format!(
-                    "`{n}` never reported a session id (profile `{}`: its agent's hooks did not send one)",
-                    rec.profile
-                ),
-                "resume of a member whose agent reported its session (claude, codex, gemini, opencode profiles)",
-            ));
-        }
-        Ok(rec)
+        let rec = self.member(&n).await?;
+        spawn::resumable(name, &n, rec)
     }
 
     /// Starts a member (or resumes an exited one, `req.resume`) in a terminal of its own, under
     /// `caller` as its parent. Authz: the operator and the primary may spawn; the rest are
-    /// refused. Plans the name, role, architect slot, profile, working directory and worktree,
-    /// reserves them in the registry (FIFO when the slots are full), starts the slot and its
-    /// injector, and returns once the terminal runs; `notes` in the view say what was chosen.
+    /// refused. The plan (`spawn`: the name, role, architect slot, profile, command,
+    /// environment, charter and worktree) is made first; then this performs it in order:
+    /// reserve in the registry (FIFO when the slots are full), write the charter, make the
+    /// worktree, write the agent's wiring, launch the terminal, bind, start the slot and its
+    /// injector. Returns once the terminal runs; `notes` in the view say what was chosen.
     pub async fn spawn(&self, caller: &Caller, req: SpawnRequest) -> Result<SpawnView, FleetError> {
         authorize(caller, &Action::Spawn, "fleet_spawn")?;
         let parent = caller.party().ok_or_else(|| {
             FleetError::internal("fleet_spawn", "an authorized caller has no party")
         })?;
         let config = self.ctx.config();
-        let mut notes = vec![];
         // A resume takes the exited member's name, role, slot, profile, cwd and worktree.
         let prior = match &req.resume {
             Some(n) => Some(self.resumable(n).await?),
             None => None,
         };
-        let (name, role, slot, requested_profile, cwd) = match &prior {
-            Some(p) => (
-                p.name.clone(),
-                p.role,
-                p.slot.clone(),
-                Some(p.profile.clone()),
-                p.cwd.clone(),
-            ),
-            None => {
-                for (field, v) in [("role", &req.role), ("name", &req.name)] {
-                    if v.is_empty() {
-                        return Err(FleetError::invalid(
-                            "fleet_spawn",
-                            format!("it gives no {field}"),
-                            "role, name and a profile or a command (or resume: NAME of an exited member)",
-                        ));
-                    }
-                }
-                let name = member_name(&req.name)?;
-                let role: Role = req.role.parse()?;
-                let slot = match (role, req.slot.clone()) {
-                    (Role::Architect, None) if config.architects.contains_key(name.as_str()) => {
-                        Some(name.to_string())
-                    }
-                    (_, s) => s,
-                };
-                (name, role, slot, req.profile.clone(), req.cwd.clone())
-            }
-        };
-        if let Some(dir) = &cwd {
-            check_cwd(&name, dir)?;
+        let member = spawn::member(&req, &config, prior.as_ref())?;
+        if let Some(dir) = &member.cwd {
+            check_cwd(&member.name, dir)?;
         }
-        let slot_command = slot
-            .as_deref()
-            .and_then(|s| config.architects.get(s))
-            .and_then(|a| a.command.clone());
-        let (profile_name, note) = config.profile_for(
-            role,
-            slot.as_deref(),
-            requested_profile.as_deref(),
-            req.command.as_deref().or(slot_command.as_deref()),
-        )?;
-        notes.extend(note);
-        let profile = config.profiles.get(&profile_name).ok_or_else(|| {
-            FleetError::invalid(
-                format!("fleet_spawn of `{name}`"),
-                format!("profile `{profile_name}` is not configured"),
-                format!(
-                    "one of: {}",
-                    config
-                        .profiles
-                        .keys()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })?;
-        let argv = match (&prior, &req.command) {
-            (Some(p), _) => {
-                let session = p.session_id.clone().unwrap_or_default();
-                if profile.resume.is_empty() {
-                    return Err(FleetError::conflict(
-                        format!("fleet_spawn {{resume: {name}}}"),
-                        format!("profile `{profile_name}` has no resume command"),
-                        "resume of a member whose profile sets `resume` (claude, codex, gemini, opencode)",
-                    ));
-                }
-                notes.push(format!("resumed session {session}"));
-                profile
-                    .resume
-                    .iter()
-                    .map(|a| a.replace("{session_id}", &session))
-                    .collect()
-            }
-            (None, Some(c)) if !c.is_empty() => c.clone(),
-            (None, Some(_)) => {
-                return Err(FleetError::invalid(
-                    format!("fleet_spawn of `{name}`"),
-                    "command is an empty list",
-                    "a non-empty argv, or no command to use the profile's",
-                ));
-            }
-            (None, None) => slot_command.unwrap_or_else(|| profile.command.clone()),
+        let host = spawn::Host {
+            state_dir: &self.ctx.state_dir,
+            fleetd: &self.ctx.fleetd_exe,
         };
-        if argv.is_empty() {
-            return Err(FleetError::invalid(
-                format!("fleet_spawn of `{name}`"),
-                format!("profile `{profile_name}` has no command"),
-                "a command in the request or in the profile",
-            ));
-        }
+        let plan = spawn::plan(member, &req, &config, prior.as_ref(), parent, host)?;
+        let name = plan.name().clone();
+        let role = plan.role();
         // Reserve first: the slot (or name) is held before any process exists.
-        let rreq = ReserveRequest {
-            name: name.clone(),
-            role,
-            slot: slot.clone(),
-            parent: parent.clone(),
-        };
-        let wait = Duration::from_secs(config.lifecycle.spawn_wait_seconds + 5);
+        let rreq = plan.reserve.clone();
         let reservation = self
             .registry()
             .await?
-            .call(|reply| RegistryMsg::Reserve { req: rreq, reply }, wait)
+            .call(
+                |reply| RegistryMsg::Reserve { req: rreq, reply },
+                plan.reserve_wait,
+            )
             .await??;
-        let prepared = self
-            .prepare(&name, role, profile, prior.as_ref(), &req, cwd)
-            .await;
-        let (argv, env, cwd, worktree, charter_sha256, wired) = match prepared {
-            Ok(p) => {
-                let (extra, env, cwd, worktree, sha, wired) = p;
-                let mut full = self.expand(&argv, &name);
-                full.extend(extra);
-                (full, env, cwd, worktree, sha, wired)
-            }
+        let Prepared {
+            wiring,
+            worktree,
+            cwd,
+            charter_sha256,
+        } = match self.prepare(&plan).await {
+            Ok(p) => p,
             Err(e) => {
                 self.release(reservation.id);
                 return Err(e);
             }
         };
-        notes.extend(wired);
-        if let Some(w) = &worktree {
-            notes.push(format!("worktree {} on branch {}", w.path, w.branch));
-        }
+        let env = plan.env(&wiring.env);
+        let notes = plan.notes(wiring.summary, worktree.as_ref());
+        let argv = plan.argv(wiring.args);
         let now = self.ctx.now();
         let generation = now;
         let vars: Vec<String> = std::env::vars_os()
             .filter_map(|(k, _)| k.into_string().ok())
             .collect();
-        let unset = profile.unset_in(vars.iter().map(String::as_str));
+        let unset = plan.unset(vars.iter().map(String::as_str));
         let spec = LaunchSpec {
             name: name.clone(),
             generation,
@@ -236,8 +133,8 @@ impl Fleet {
             env,
             unset,
             cwd: cwd.clone(),
-            rows: config.lifecycle.rows,
-            cols: config.lifecycle.cols,
+            rows: plan.rows,
+            cols: plan.cols,
         };
         let handle = match self.ctx.term.launch(spec).await {
             Ok(h) => h,
@@ -246,6 +143,9 @@ impl Fleet {
                 return Err(e);
             }
         };
+        let slot = plan.reserve.slot.clone();
+        let parent = plan.reserve.parent.clone();
+        let profile_name = plan.profile_name.clone();
         let record = MemberRecord {
             name: name.clone(),
             role,
@@ -261,7 +161,7 @@ impl Fleet {
             exit: None,
             charter_sha256,
             generation,
-            session_id: prior.as_ref().and_then(|p| p.session_id.clone()),
+            session_id: plan.session_id.clone(),
             worktree,
             cwd,
         };
@@ -309,83 +209,44 @@ impl Fleet {
         }
     }
 
-    /// `{fleetd}` and `{charter_file}` in a profile's argv.
-    pub(super) fn expand(&self, argv: &[String], name: &MemberName) -> Vec<String> {
-        let fleetd = self.ctx.fleetd_exe.display().to_string();
-        let charter = self.charter_file(name).display().to_string();
-        argv.iter()
-            .map(|a| {
-                a.replace("{fleetd}", &fleetd)
-                    .replace("{charter_file}", &charter)
-            })
-            .collect()
-    }
-
-    pub(super) fn charter_file(&self, name: &MemberName) -> std::path::PathBuf {
-        self.ctx
-            .state_dir
-            .join("charters")
-            .join(format!("{name}.md"))
-    }
-
-    /// Everything a launch needs besides its command, written to disk before it: the charter
-    /// (a resumed member keeps its own), the agent's wiring (files and arguments), the
-    /// environment, the worktree. Returns (extra args, env, cwd, worktree, charter sha256,
-    /// wiring summary).
-    #[allow(clippy::type_complexity)]
-    pub(super) async fn prepare(
-        &self,
-        name: &MemberName,
-        role: Role,
-        profile: &crate::config::Profile,
-        prior: Option<&MemberRecord>,
-        req: &SpawnRequest,
-        cwd: Option<String>,
-    ) -> Result<
-        (
-            Vec<String>,
-            Vec<(String, String)>,
-            Option<String>,
-            Option<crate::registry::state::Worktree>,
-            String,
-            Vec<String>,
-        ),
-        FleetError,
-    > {
-        let config = self.ctx.config();
-        let charter_file = self.charter_file(name);
+    /// The plan's writes before the launch, in order: the charter (a resumed member keeps its
+    /// own), the worktree, the agent's wiring (files and links, built by `agents::wire` over
+    /// the user's own config for that CLI).
+    async fn prepare(&self, plan: &spawn::SpawnPlan) -> Result<Prepared, FleetError> {
+        let charter_file = plan.charter_file.clone();
+        let kept = match plan.charter.keep_existing {
+            true => std::fs::read_to_string(&charter_file).ok(),
+            false => None,
+        };
+        let charter = plan.charter.text(kept);
+        let charter_sha256 = sha256_hex(&charter);
         let state_dir = self.ctx.state_dir.clone();
         let fleetd = self.ctx.fleetd_exe.clone();
-        let kept = match prior {
-            Some(_) => std::fs::read_to_string(&charter_file).ok(),
-            None => None,
-        };
-        let charter = kept.unwrap_or_else(|| config.charters.compose(role));
-        let charter_sha256 = sha256_hex(&charter);
-        let want_worktree = req.worktree || prior.is_some_and(|p| p.worktree.is_some());
-        let prior_wt = prior.and_then(|p| p.worktree.clone());
-        let agent = profile.agent;
-        let n = name.to_string();
+        let worktree_ask = plan.worktree.clone();
+        let cwd = plan.cwd.clone();
+        let agent = plan.agent;
+        let n = plan.name().to_string();
         let work = tokio::task::spawn_blocking(move || {
             let fail = |what: &str, e: std::io::Error| {
                 FleetError::internal(format!("the spawn of `{n}`"), format!("{what}: {e}"))
             };
             write_private(&charter_file, charter.as_bytes())
                 .map_err(|e| fail("charter file", e))?;
-            let worktree = if want_worktree {
-                let from = cwd
-                    .as_deref()
-                    .map(std::path::PathBuf::from)
-                    .or_else(|| std::env::current_dir().ok())
-                    .unwrap_or_else(|| state_dir.clone());
-                Some(crate::worktree::create(
-                    &state_dir,
-                    &n,
-                    &from,
-                    prior_wt.as_ref(),
-                )?)
-            } else {
-                None
+            let worktree = match worktree_ask {
+                Some(ask) => {
+                    let from = cwd
+                        .as_deref()
+                        .map(std::path::PathBuf::from)
+                        .or_else(|| std::env::current_dir().ok())
+                        .unwrap_or_else(|| state_dir.clone());
+                    Some(crate::worktree::create(
+                        &state_dir,
+                        &n,
+                        &from,
+                        ask.prior.as_ref(),
+                    )?)
+                }
+                None => None,
             };
             let cwd = worktree.as_ref().map(|w| w.path.clone()).or(cwd);
             let wiring = match agent {
@@ -418,40 +279,16 @@ impl Fleet {
                 }
                 None => crate::agents::Wiring::default(),
             };
-            Ok::<_, FleetError>((wiring, worktree, cwd))
+            Ok::<_, FleetError>(Prepared {
+                wiring,
+                worktree,
+                cwd,
+                charter_sha256,
+            })
         });
-        let (wiring, worktree, cwd) = work.await.map_err(|e| {
+        work.await.map_err(|e| {
             FleetError::internal("fleet_spawn", format!("the preparation failed: {e}"))
-        })??;
-        let fleetd = self.ctx.fleetd_exe.display().to_string();
-        let mut env: Vec<(String, String)> = vec![
-            (
-                "FLEETD_STATE_DIR".into(),
-                self.ctx.state_dir.display().to_string(),
-            ),
-            ("FLEETD_MEMBER".into(), name.to_string()),
-            ("FLEETD_ROLE".into(), role.to_string()),
-            (
-                "FLEETD_CHARTER_FILE".into(),
-                self.charter_file(name).display().to_string(),
-            ),
-            ("TERM".into(), "xterm-256color".into()),
-        ];
-        env.extend(wiring.env.clone());
-        env.extend(
-            profile
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.replace("{fleetd}", &fleetd))),
-        );
-        Ok((
-            wiring.args,
-            env,
-            cwd,
-            worktree,
-            charter_sha256,
-            wiring.summary,
-        ))
+        })?
     }
 
     /// One member in detail: its record, status and why, queue and receipts.

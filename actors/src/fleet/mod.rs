@@ -39,7 +39,7 @@ use crate::publish::Publisher;
 use crate::registry::actor::{
     RegistryActor, RegistryArgs, RegistryMsg, SlotView as ArchitectSlotView,
 };
-use crate::registry::state::{ExitInfo, MemberRecord, ReserveRequest};
+use crate::registry::state::{ExitInfo, MemberRecord};
 use crate::slot::actor::{SlotActor, SlotArgs, SlotMsg, SlotView};
 use crate::supervisor::actor::{ChildSpec, ChildView, Supervisor, SupervisorMsg};
 use crate::term::{LaunchSpec, TermHandle};

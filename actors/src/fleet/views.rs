@@ -53,20 +53,8 @@ impl From<&MemberRecord> for MemberView {
     }
 }
 
-/// What `fleet_spawn` asks for.
-#[derive(Clone, Debug, Default)]
-pub struct SpawnRequest {
-    pub role: String,
-    pub name: String,
-    pub slot: Option<String>,
-    pub profile: Option<String>,
-    pub command: Option<Vec<String>>,
-    pub cwd: Option<String>,
-    /// Restart this exited member with its conversation (same name, role, slot, charter).
-    pub resume: Option<String>,
-    /// Give the member its own git worktree and branch under the state dir.
-    pub worktree: bool,
-}
+/// What `fleet_spawn` asks for (its meaning is planned in `crate::spawn`).
+pub use crate::spawn::SpawnRequest;
 
 /// What a spawn did: the member, and notes (the profile chosen for it, what was wired).
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::backoff::Backoff;
 use crate::ctx::SharedCtx;
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
 use crate::events::EventKind;
-use crate::mail::state::{
-    Backoff, Effect, Envelope, Inbox, Item, MAX_OUTBOX, Postbox, Unqueued, answer_of, report_of,
-};
+use crate::mail::envelope::{Envelope, Item};
+use crate::mail::inbox::{Inbox, answer_of, report_of};
+use crate::mail::postbox::{Effect, MAX_OUTBOX, Postbox, Unqueued};
 use crate::publish::Publisher;
 use crate::store::Batch;
 use crate::tickets::actor::DeskMsg;
