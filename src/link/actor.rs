@@ -8,7 +8,7 @@
 //! which duplicate wins: the core does.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fleetd_actors::ctx::{FaultHook, SharedCtx};
@@ -149,17 +149,16 @@ impl Links {
         remote_anchors: Publisher<Vec<RemoteAnchor>>,
     ) -> Result<Links, FleetError> {
         let endpoint = Arc::new(endpoint);
-        let actors: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>> = Default::default();
-        let current: Current = Default::default();
+        let (connections, current) = fleetd_actors::publish::channel(BTreeMap::new());
         let anchors = AnchorService::new(ctx.clone());
         let sup = ctx
             .dir
             .supervisor()
             .ok_or_else(|| FleetError::unavailable("peer links", "the supervisor is not up"))?;
         for peer in endpoint.peers().to_vec() {
-            let (c, e, a, p) = (ctx.clone(), endpoint.clone(), actors.clone(), peer.clone());
+            let (c, e, p) = (ctx.clone(), endpoint.clone(), peer.clone());
             let conns = Conns::default();
-            let cur = current.clone();
+            let cur = connections.entry(peer.name.clone());
             let an = anchors.clone();
             let view = links.entry(peer.name.clone());
             let spec = ChildSpec::actor(format!("link:{}", peer.name), "link", move || {
@@ -171,7 +170,6 @@ impl Links {
                     ctx: c.clone(),
                     endpoint: e.clone(),
                     peer: p.clone(),
-                    registry: a.clone(),
                 };
                 (PeerLink, args)
             });
@@ -181,23 +179,14 @@ impl Links {
         // the endpoint stops accepting while the links are not being shut down, it fails, and
         // its policy restarts it or escalates.
         let closing = tokio_util::sync::CancellationToken::new();
-        let (e0, a0, c0, k0) = (
-            endpoint.clone(),
-            actors.clone(),
-            ctx.clone(),
-            closing.clone(),
-        );
+        let (e0, c0, k0) = (endpoint.clone(), ctx.clone(), closing.clone());
         let acceptor = ChildSpec::task("link-acceptor", "link", move || {
-            let (e, a, c, k) = (e0.clone(), a0.clone(), c0.clone(), k0.clone());
+            let (e, c, k) = (e0.clone(), c0.clone(), k0.clone());
             Box::pin(async move {
                 while let Some(r) = e.accept().await {
                     match r {
                         Ok(link) => {
-                            let actor = a
-                                .read()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .get(&link.peer)
-                                .cloned();
+                            let actor = c.dir.link(&link.peer);
                             match actor {
                                 Some(actor) => {
                                     if let Err(ractor::MessagingErr::SendErr(LinkMsg::Incoming(
@@ -256,11 +245,7 @@ impl Links {
     pub fn transport(&self) -> fleetd_actors::mail::actor::Transport {
         let current = self.current.clone();
         Arc::new(move |peer, epoch, envelopes| {
-            let conn = current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&peer)
-                .cloned();
+            let conn = super::endpoint::connection(&current, &peer);
             Box::pin(async move {
                 let conn = conn.ok_or_else(|| format!("the link to {peer} is down"))?;
                 let req = Request::Deliver { epoch, envelopes };
@@ -316,12 +301,12 @@ pub struct LinkArgs {
     /// This link's entry of the links view (it writes no other).
     view: EntryPublisher<String, LinkView>,
     conns: Conns,
-    current: Current,
+    /// This link's entry of the connections in use (it writes no other).
+    current: EntryPublisher<String, quinn::Connection>,
     anchors: Arc<AnchorService>,
     ctx: SharedCtx,
     endpoint: Arc<Endpoint>,
     peer: Peer,
-    registry: Arc<RwLock<BTreeMap<String, ActorRef<LinkMsg>>>>,
 }
 
 pub struct PeerLink;
@@ -333,7 +318,7 @@ pub struct LinkState {
     peer: Peer,
     core: LinkCore,
     conns: Conns,
-    current: Current,
+    current: EntryPublisher<String, quinn::Connection>,
     anchors: Arc<AnchorService>,
     timer: Timer,
     keep_alive: u64,
@@ -353,16 +338,9 @@ impl LinkState {
         };
         // The connection requests go on, then the view, then the event: whoever reacts to the
         // event finds both already in place.
-        {
-            let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
-            match self.core.current().and_then(|id| self.conns.get(&id)) {
-                Some(c) if v.phase == Phase::Up => {
-                    cur.insert(v.peer.clone(), c);
-                }
-                _ => {
-                    cur.remove(&v.peer);
-                }
-            }
+        match self.core.current().and_then(|id| self.conns.get(&id)) {
+            Some(c) if v.phase == Phase::Up => self.current.publish(c),
+            _ => self.current.clear(),
         }
         self.view.publish(v.clone());
         if let Some(up) = announce {
@@ -466,10 +444,9 @@ impl Actor for PeerLink {
     ) -> Result<LinkState, ActorProcessingErr> {
         // A predecessor that crashed (no post_stop) may have left connections open.
         a.conns.close_all(close::REFUSED, b"link actor restarted");
-        a.registry
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(a.peer.name.clone(), myself.clone());
+        a.ctx
+            .dir
+            .set(&a.peer.name, Some(myself.get_id()), myself.clone());
         if cfg!(debug_assertions) {
             let me = myself.clone();
             let hook: FaultHook = Arc::new(move || {
@@ -576,5 +553,17 @@ impl Actor for PeerLink {
         st.rearm(&myself, now);
         st.publish();
         Ok(())
+    }
+}
+
+/// How a peer's link actor is found (by the acceptor, which routes the peer's incoming links to
+/// it): the directory's entry under the peer's name, registered by the actor itself.
+trait LinkLookup {
+    fn link(&self, peer: &str) -> Option<ActorRef<LinkMsg>>;
+}
+
+impl LinkLookup for fleetd_actors::directory::Directory {
+    fn link(&self, peer: &str) -> Option<ActorRef<LinkMsg>> {
+        self.get(peer)
     }
 }

@@ -154,11 +154,7 @@ pub struct PullerState {
 
 impl PullerState {
     fn conn(&self, peer: &str) -> Option<quinn::Connection> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(peer)
-            .cloned()
+        super::endpoint::connection(&self.current, peer)
     }
 
     /// Raise `e` here, keep its proof, and (if this host found it) tell every other peer.

@@ -387,9 +387,15 @@ async fn welcome(
     }
 }
 
-/// The connection in use per peer (links that are up), for requests: written by each peer's
-/// link actor, read by whoever sends a request (mail, anchors, witnessing).
-pub type Current = Arc<std::sync::RwLock<std::collections::HashMap<String, quinn::Connection>>>;
+/// The connection in use per peer (links that are up), for requests: each peer's link actor
+/// publishes its own entry; whoever sends a request (mail, anchors, witnessing) reads it.
+pub type Current =
+    fleetd_actors::publish::View<std::collections::BTreeMap<String, quinn::Connection>>;
+
+/// The connection in use to `peer`, if its link is up.
+pub fn connection(current: &Current, peer: &str) -> Option<quinn::Connection> {
+    current.with(|m| m.get(peer).cloned())
+}
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::tickets::state::RemoteUpdate;
 use crate::types::{MemberName, Millis, TicketId};
 
+/// At most this many envelopes in one batch.
+pub const MAX_BATCH: usize = 256;
+/// A batch stops growing once its bodies reach this many bytes (a link frame is at most 1 MiB).
+pub const MAX_BATCH_BYTES: usize = 512 * 1024;
+
 /// One unit of lead-to-lead traffic, numbered per (sending host, receiving host).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {

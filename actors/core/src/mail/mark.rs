@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use super::envelope::MAX_BATCH;
 use super::envelope::{Envelope, Item};
-use super::postbox::MAX_BATCH;
 
 /// What to do with a received batch.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -18,10 +18,7 @@ use crate::backoff::Backoff;
 use crate::tickets::state::RemoteUpdate;
 use crate::types::{Millis, TicketId};
 
-/// At most this many envelopes in one batch.
-pub const MAX_BATCH: usize = 256;
-/// A batch stops growing once its bodies reach this many bytes (a link frame is at most 1 MiB).
-pub const MAX_BATCH_BYTES: usize = 512 * 1024;
+pub use super::envelope::{MAX_BATCH, MAX_BATCH_BYTES};
 /// At most this many messages wait in the outbox for one peer; more sends are refused until it
 /// drains (reports back to a peer are not counted: they are bounded by the tickets received,
 /// and an answer already waiting is not queued again, `Unqueued::Duplicate`).
