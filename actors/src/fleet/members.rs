@@ -389,13 +389,16 @@ impl Fleet {
         // to the desk (or has stopped); the desk's `Settled` then waits until it has settled
         // them (a chunk at a time, serving others in between), so when a stop returns, a
         // listing shows them settled.
+        // An injector that has already stopped handed its tickets on before it stopped, so
+        // the desk is asked in either case (asking only when the injector was still there let
+        // a stop under load return with tickets still open).
         if let Some(i) = self.ctx.dir.injector(&name) {
             let _ = i.call(|reply| InjectorMsg::Queue { reply }, CALL).await;
-            if let Ok(desk) = self.desk().await {
-                let _ = desk
-                    .call(|reply| DeskMsg::Settled { reply }, Duration::from_secs(60))
-                    .await;
-            }
+        }
+        if let Ok(desk) = self.desk().await {
+            let _ = desk
+                .call(|reply| DeskMsg::Settled { reply }, Duration::from_secs(60))
+                .await;
         }
         let rec = self
             .member(&name)
