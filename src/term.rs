@@ -451,7 +451,20 @@ fn write_exit_file(path: &Path, rec: &ExitRecord) -> std::io::Result<()> {
 /// The daemon's terminal backend: launches `fleetd pty-host` processes and talks to them.
 pub struct HostBackend {
     term_dir: PathBuf,
-    fleetd_exe: PathBuf,
+    /// The program that hosts a PTY, and the arguments before its own (`fleetd-pty-host`
+    /// beside the fleetd binary, else `fleetd pty-host`).
+    host: (PathBuf, Vec<&'static str>),
+}
+
+/// The PTY host program for `fleetd_exe`: `fleetd-pty-host` in the same directory when it is
+/// there (a small binary: one runs per member), else `fleetd_exe pty-host`.
+pub fn host_program(fleetd_exe: &Path) -> (PathBuf, Vec<&'static str>) {
+    let small = fleetd_exe.with_file_name("fleetd-pty-host");
+    if small.is_file() {
+        (small, vec![])
+    } else {
+        (fleetd_exe.to_path_buf(), vec!["pty-host"])
+    }
 }
 
 impl HostBackend {
@@ -462,7 +475,7 @@ impl HostBackend {
         std::fs::set_permissions(&term_dir, std::fs::Permissions::from_mode(0o700))?;
         Ok(HostBackend {
             term_dir,
-            fleetd_exe,
+            host: host_program(&fleetd_exe),
         })
     }
 
@@ -482,8 +495,8 @@ impl HostBackend {
         let _ = std::fs::remove_file(&exit);
         let logf = std::fs::File::create(&log)
             .map_err(|e| FleetError::internal(what.clone(), format!("log file: {e}")))?;
-        let mut cmd = tokio::process::Command::new(&self.fleetd_exe);
-        cmd.arg("pty-host")
+        let mut cmd = tokio::process::Command::new(&self.host.0);
+        cmd.args(&self.host.1)
             .arg("--socket")
             .arg(&sock)
             .arg("--exit-file")

@@ -83,8 +83,10 @@ fn processes_of(state: &Path, pty_hosts_only: bool) -> Vec<u32> {
         })
         .filter(|pid| {
             !pty_hosts_only
-                || std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"pty-host"))
+                || std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    c.split(|&b| b == 0)
+                        .any(|a| a == b"pty-host" || a.ends_with(b"fleetd-pty-host"))
+                })
         })
         .collect()
 }
