@@ -122,6 +122,77 @@ pub struct HostArgs {
     pub argv: Vec<String>,
 }
 
+impl HostArgs {
+    /// The same arguments read without clap, for `fleetd-pty-host` (whose footprint is
+    /// multiplied by the fleet: clap's parser is most of a small binary's touched pages). Takes
+    /// exactly what the daemon passes: `--socket P --exit-file P [--rows N] [--cols N] [--cwd P]
+    /// [--unset VAR]... [--umask N] -- PROGRAM [ARG]...` (also `--flag=value`).
+    pub fn parse_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Self, String> {
+        let mut it = args.into_iter();
+        let (mut socket, mut exit_file, mut cwd, mut umask) = (None, None, None, None);
+        let (mut rows, mut cols, mut unset) = (40u16, 120u16, vec![]);
+        let mut argv = vec![];
+        while let Some(a) = it.next() {
+            let a = a
+                .into_string()
+                .map_err(|a| format!("an argument is not UTF-8: {a:?}"))?;
+            if a == "--" {
+                for p in it.by_ref() {
+                    argv.push(
+                        p.into_string()
+                            .map_err(|p| format!("a program argument is not UTF-8: {p:?}"))?,
+                    );
+                }
+                break;
+            }
+            let (flag, inline) = match a.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+                _ => (a.clone(), None),
+            };
+            let mut value = || -> Result<String, String> {
+                match &inline {
+                    Some(v) => Ok(v.clone()),
+                    None => it
+                        .next()
+                        .and_then(|v| v.into_string().ok())
+                        .ok_or_else(|| format!("{flag} needs a value")),
+                }
+            };
+            let number = |v: String| -> Result<u32, String> {
+                v.parse()
+                    .map_err(|_| format!("{flag} takes a number, not {v:?}"))
+            };
+            match flag.as_str() {
+                "--socket" => socket = Some(PathBuf::from(value()?)),
+                "--exit-file" => exit_file = Some(PathBuf::from(value()?)),
+                "--rows" => rows = number(value()?)?.min(u16::MAX as u32) as u16,
+                "--cols" => cols = number(value()?)?.min(u16::MAX as u32) as u16,
+                "--cwd" => cwd = Some(PathBuf::from(value()?)),
+                "--unset" => unset.push(value()?),
+                "--umask" => umask = Some(number(value()?)?),
+                other => {
+                    return Err(format!(
+                        "unknown argument {other:?}; the host takes --socket, --exit-file, --rows, --cols, --cwd, --unset, --umask, then -- and the program"
+                    ));
+                }
+            }
+        }
+        if argv.is_empty() {
+            return Err("no program: give it after --".into());
+        }
+        Ok(HostArgs {
+            socket: socket.ok_or("--socket is required")?,
+            exit_file: exit_file.ok_or("--exit-file is required")?,
+            rows,
+            cols,
+            cwd,
+            unset,
+            umask,
+            argv,
+        })
+    }
+}
+
 fn nz(v: u16) -> NonZeroU16 {
     NonZeroU16::new(v).unwrap_or(NonZeroU16::MIN)
 }
@@ -219,27 +290,20 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
             }
         }
     });
-    // Waiter thread: the program's exit.
-    let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<ExitRecord>();
-    std::thread::spawn(move || {
-        let rec = match child.wait() {
-            Ok(st) => match st.signal() {
-                Some(sig) => ExitRecord {
-                    code: None,
-                    signal: Some(sig.to_string()),
-                },
-                None => ExitRecord {
-                    code: Some(st.exit_code() as i32),
-                    signal: None,
-                },
-            },
-            Err(_) => ExitRecord {
-                code: None,
-                signal: None,
-            },
-        };
-        let _ = exit_tx.send(rec);
-    });
+    // The program's exit: looked for at each SIGCHLD (no thread waits for it). The handler is
+    // in place before the first look, so an exit that came before it is still seen.
+    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
+    let exit_record = |st: portable_pty::ExitStatus| match st.signal() {
+        Some(sig) => ExitRecord {
+            code: None,
+            signal: Some(sig.to_string()),
+        },
+        None => ExitRecord {
+            code: Some(st.exit_code() as i32),
+            signal: None,
+        },
+    };
+    let mut exited = child.try_wait().ok().flatten().map(exit_record);
 
     println!("ready {pid}");
     // stdout is a pipe to the daemon that launched us; it is done with it now.
@@ -253,7 +317,7 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
         tokio::net::unix::OwnedReadHalf,
         tokio::net::unix::OwnedWriteHalf,
     )> = None;
-    let mut exit: Option<ExitRecord> = None;
+    let mut exit: Option<ExitRecord> = exited.take();
     let mut eof = false;
     let mut term_deadline: Option<tokio::time::Instant> = None;
     let host_pid = std::process::id();
@@ -346,8 +410,13 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
                 }
                 Some(HostEvent::Eof) | None => eof = true,
             },
-            rec = &mut exit_rx, if exit.is_none() => {
-                exit = Some(rec.unwrap_or(ExitRecord { code: None, signal: None }));
+            _ = sigchld.recv(), if exit.is_none() => {
+                match child.try_wait() {
+                    Ok(Some(st)) => exit = Some(exit_record(st)),
+                    Ok(None) => {}
+                    // The program cannot be waited for any more: it is gone, how is unknown.
+                    Err(_) => exit = Some(ExitRecord { code: None, signal: None }),
+                }
             }
             _ = drain_timer => eof = true,
             _ = enter_timer => {
@@ -757,4 +826,97 @@ pub fn remember_user_umask() {
 /// The umask members get (the one the daemon was started with).
 pub fn user_umask() -> Option<u32> {
     USER_UMASK.get().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct WithClap {
+        #[command(flatten)]
+        host: HostArgs,
+    }
+
+    /// `fleetd-pty-host` reads its arguments without clap; it must read what `fleetd pty-host`
+    /// reads, and refuse what clap refuses.
+    #[test]
+    fn the_small_hosts_parser_reads_what_clap_reads() {
+        let cases: &[&[&str]] = &[
+            &["--socket", "/s", "--exit-file", "/e", "--", "cat"],
+            &[
+                "--socket",
+                "/s",
+                "--exit-file",
+                "/e",
+                "--rows",
+                "10",
+                "--cols",
+                "80",
+                "--unset",
+                "A",
+                "--unset",
+                "B",
+                "--umask",
+                "18",
+                "--cwd",
+                "/w",
+                "--",
+                "sh",
+                "-c",
+                "echo --rows 5",
+            ],
+            &[
+                "--socket=/s",
+                "--exit-file=/e",
+                "--rows=3",
+                "--",
+                "x",
+                "--",
+                "y",
+            ],
+        ];
+        for c in cases {
+            let clap = WithClap::try_parse_from(std::iter::once("h").chain(c.iter().copied()))
+                .expect("clap reads it")
+                .host;
+            let ours = HostArgs::parse_from(c.iter().map(|s| s.into())).expect("we read it");
+            assert_eq!(format!("{ours:?}"), format!("{clap:?}"), "{c:?}");
+        }
+        let refused: &[&[&str]] = &[
+            &["--socket", "/s", "--exit-file", "/e"],
+            &["--socket", "/s", "--", "cat"],
+            &[
+                "--socket",
+                "/s",
+                "--exit-file",
+                "/e",
+                "--rows",
+                "many",
+                "--",
+                "cat",
+            ],
+            &[
+                "--socket",
+                "/s",
+                "--exit-file",
+                "/e",
+                "--bogus",
+                "--",
+                "cat",
+            ],
+            &["--socket"],
+        ];
+        for c in refused {
+            assert!(
+                WithClap::try_parse_from(std::iter::once("h").chain(c.iter().copied())).is_err(),
+                "clap refuses {c:?}"
+            );
+            assert!(
+                HostArgs::parse_from(c.iter().map(|s| s.into())).is_err(),
+                "we refuse {c:?}"
+            );
+        }
+    }
 }
