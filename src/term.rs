@@ -839,6 +839,19 @@ mod tests {
         host: HostArgs,
     }
 
+    /// The daemon runs the small host when it sits beside `fleetd`, and `fleetd pty-host`
+    /// otherwise (a `cargo run` builds only `fleetd`).
+    #[test]
+    fn the_small_host_is_used_when_it_sits_beside_fleetd() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("fleetd");
+        std::fs::write(&exe, b"").unwrap();
+        assert_eq!(host_program(&exe), (exe.clone(), vec!["pty-host"]));
+        let small = dir.path().join("fleetd-pty-host");
+        std::fs::write(&small, b"").unwrap();
+        assert_eq!(host_program(&exe), (small, vec![]));
+    }
+
     /// `fleetd-pty-host` reads its arguments without clap; it must read what `fleetd pty-host`
     /// reads, and refuse what clap refuses.
     #[test]
