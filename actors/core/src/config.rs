@@ -896,6 +896,7 @@ pub const KINDS: &[&str] = &[
     "mail",
     "anchors",
     "drift",
+    "alerts",
     "gc",
 ];
 

@@ -143,15 +143,18 @@ impl Fleet {
             reports,
             alerts,
         } = drift;
-        let c = ctx.clone();
+        let (c, c2) = (ctx.clone(), ctx.clone());
         fleet
-            .start_child(ChildSpec::actor("alerts", "alerts", move || {
-                let args = AlerterArgs {
-                    ctx: c.clone(),
-                    log: alerts.clone(),
-                };
-                (Alerter, args)
-            }))
+            .start_child(
+                ChildSpec::actor("alerts", "alerts", move || {
+                    let args = AlerterArgs {
+                        ctx: c.clone(),
+                        log: alerts.clone(),
+                    };
+                    (Alerter, args)
+                })
+                .on_down(move |id| c2.dir.remove_actor(id)),
+            )
             .await?;
         let c = ctx.clone();
         fleet
