@@ -384,13 +384,16 @@ async fn in_process(args: &super::BenchArgs) -> anyhow::Result<Value> {
         });
         let to = format!("lead@{}", hosts[0].name);
         let (mut pull_t, mut mail_t, mut sender_t) = (vec![], vec![], vec![]);
+        // Pull rounds in which some peer's answer never came (the puller tries each linked
+        // peer once per heartbeat and logs a failed pull at debug level only): (round, answered).
+        let mut short = vec![];
         for round in 0..m.rounds {
             // One pull of every peer: until an `AnchorsPulled` with all its anchors from each.
             let (_, mut rx) = first.fleet.ctx.events.subscribe(u64::MAX);
             let t = Instant::now();
             anyhow::ensure!(anchors.pull_now(), "the first host's anchor puller is not running");
             let mut from = BTreeSet::new();
-            tokio::time::timeout(Duration::from_secs(30), async {
+            let done = tokio::time::timeout(Duration::from_secs(10), async {
                 while from.len() < n - 1 {
                     match rx.recv().await {
                         Ok(e) => {
@@ -409,9 +412,14 @@ async fn in_process(args: &super::BenchArgs) -> anyhow::Result<Value> {
                 }
                 anyhow::Ok(())
             })
-            .await
-            .map_err(|_| anyhow::anyhow!("round {round}: pulled {} of {} peers", from.len(), n - 1))??;
-            pull_t.push(t.elapsed());
+            .await;
+            match done {
+                Ok(r) => {
+                    r?;
+                    pull_t.push(t.elapsed());
+                }
+                Err(_) => short.push(json!({"round": round, "answered": from.len()})),
+            }
 
             // Mail: every other host's lead sends to the first host's lead at once.
             let t = Instant::now();
@@ -456,16 +464,17 @@ async fn in_process(args: &super::BenchArgs) -> anyhow::Result<Value> {
             "the first host holds {held} mails, not {}",
             (n - 1) * m.rounds
         );
-        anyhow::Ok((mesh, pull_t, mail_t, sender_t, held))
+        anyhow::Ok((mesh, pull_t, short, mail_t, sender_t, held))
     }
     .await;
     for d in ds {
         d.shutdown().await;
     }
     drop(root);
-    let (mesh, pull_t, mail_t, sender_t, held) = result?;
-    let rows: [Stats; 3] = [
-        stats(&format!("anchor pull of {} peers", n - 1), pull_t),
+    let (mesh, pull_t, short, mail_t, sender_t, held) = result?;
+    let pull =
+        (!pull_t.is_empty()).then(|| stats(&format!("anchor pull of {} peers", n - 1), pull_t));
+    let rows: [Stats; 2] = [
         stats(
             &format!("mail from {} leads, until all transmitted", n - 1),
             mail_t,
@@ -475,7 +484,9 @@ async fn in_process(args: &super::BenchArgs) -> anyhow::Result<Value> {
     Ok(json!({
         "full_mesh_secs": mesh.as_secs_f64(),
         "anchors_per_host": m.anchors_per_host,
-        "anchor_pull": rows[0], "mail_all": rows[1], "mail_each": rows[2],
+        "anchor_pull": pull,
+        "anchor_pull_incomplete_rounds": short,
+        "mail_all": rows[0], "mail_each": rows[1],
         "receiver_held_mail": held,
     }))
 }
@@ -577,6 +588,14 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<Value> {
             .filter_map(|k| serde_json::from_value(ip[*k].clone()).ok())
             .collect();
         super::print_p50_p99(&rows);
+        if let Some(short) = ip["anchor_pull_incomplete_rounds"].as_array()
+            && !short.is_empty()
+        {
+            println!(
+                "  anchor pull rounds where some peer never answered (10 s), not timed: {}",
+                Value::Array(short.clone())
+            );
+        }
         println!(
             "  the first host holds {} mails (no primary runs there to take them)",
             ip["receiver_held_mail"]
