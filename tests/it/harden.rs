@@ -778,7 +778,12 @@ fn the_mesh_bench_forms_a_full_mesh_of_three_hosts() {
     assert_eq!(p["links"], 3);
     assert_eq!(p["links_per_host"], 2);
     let secs = p["full_mesh_secs"].as_f64().expect("full_mesh_secs");
-    assert!(secs > 0.0 && secs >= p["all_ready_secs"].as_f64().unwrap_or(f64::MAX));
+    // Links can be up before the last daemon has told the bench it is ready: no order between
+    // the two, both measured from the spawn.
+    assert!(
+        secs > 0.0 && p["all_ready_secs"].as_f64().is_some_and(|r| r > 0.0),
+        "{p}"
+    );
     for k in ["rss_kb", "pss_kb"] {
         assert!(p[k]["min"].as_f64().is_some_and(|v| v > 0.0), "{k}: {p}");
         assert!(
