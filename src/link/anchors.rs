@@ -59,6 +59,16 @@ impl AnchorService {
         &self.witness
     }
 
+    /// Pull every linked peer's anchors now, as a heartbeat does (`fleetd bench mesh` times
+    /// one); false when the puller is not running.
+    pub fn pull_now(&self) -> bool {
+        self.puller
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|p| p.cast(AnchorMsg::Tick).is_ok())
+    }
+
     fn heartbeat_ms(&self) -> Millis {
         self.ctx.config().drift.heartbeat_secs.max(1) * 1000
     }

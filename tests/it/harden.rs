@@ -745,3 +745,63 @@ fn the_bench_harness_measures_every_target_at_a_small_scale() {
         "{v}"
     );
 }
+
+/// `fleetd bench mesh` at three hosts: the same code path as the 20-host run. Three
+/// `fleetd serve` processes form every link (each checked at `GET /peers` by the bench), the
+/// figures it reports are there, and the in-process round pulls the peers' anchors and
+/// transmits both leads' mail.
+#[test]
+fn the_mesh_bench_forms_a_full_mesh_of_three_hosts() {
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "mesh",
+            "--hosts",
+            "3",
+            "--rounds",
+            "1",
+            "--anchors-per-host",
+            "2",
+            "--idle-secs",
+            "1",
+            "--json",
+        ])
+        .env_remove("RUST_LOG")
+        .env_remove("FLEETD_STATE_DIR")
+        .output()
+        .expect("run fleetd bench mesh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench mesh failed: {stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(doc["schema"], "fleetd.bench.mesh/1");
+    let p = &doc["processes"];
+    assert_eq!(p["links"], 3);
+    assert_eq!(p["links_per_host"], 2);
+    let secs = p["full_mesh_secs"].as_f64().expect("full_mesh_secs");
+    // Links can be up before the last daemon has told the bench it is ready: no order between
+    // the two, both measured from the spawn.
+    assert!(
+        secs > 0.0 && p["all_ready_secs"].as_f64().is_some_and(|r| r > 0.0),
+        "{p}"
+    );
+    for k in ["rss_kb", "pss_kb"] {
+        assert!(p[k]["min"].as_f64().is_some_and(|v| v > 0.0), "{k}: {p}");
+        assert!(
+            p["baseline"][k].as_f64().is_some_and(|v| v > 0.0),
+            "{k}: {p}"
+        );
+    }
+    assert!(p["per_link"]["cpu_percent_of_one_core"].is_number(), "{p}");
+    let ip = &doc["in_process"];
+    // The round's pull is timed, or reported as one some peer never answered (not hidden).
+    let short = ip["anchor_pull_incomplete_rounds"]
+        .as_array()
+        .map_or(0, |v| v.len());
+    assert_eq!(
+        ip["anchor_pull"]["n"].as_u64().unwrap_or(0) + short as u64,
+        1,
+        "{ip}"
+    );
+    assert_eq!(ip["mail_all"]["n"], 1);
+    assert_eq!(ip["mail_each"]["n"], 2);
+}

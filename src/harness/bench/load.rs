@@ -37,7 +37,7 @@ struct Stage {
 }
 
 /// One process's resident and proportional set sizes, in KiB (0 when unreadable).
-fn memory_kb(pid: u32) -> (u64, u64) {
+pub(super) fn memory_kb(pid: u32) -> (u64, u64) {
     let field = |text: &str, key: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(key))
@@ -55,7 +55,7 @@ fn memory_kb(pid: u32) -> (u64, u64) {
 }
 
 /// User + system CPU time of a process, in clock ticks (USER_HZ, 100 per second on Linux).
-fn cpu_ticks(pid: u32) -> u64 {
+pub(super) fn cpu_ticks(pid: u32) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0;
     };
@@ -107,13 +107,16 @@ async fn stage(name: &'static str, pid: u32, client: &Client, n: usize) -> anyho
 
 /// The daemon under test: `fleetd serve` on its own state dir, killed (with everything it
 /// started) when dropped.
-struct Served {
+pub(super) struct Served {
     child: std::process::Child,
-    state: PathBuf,
+    pub(super) state: PathBuf,
 }
 
 impl Served {
-    async fn start(dir: &Path, cfg: &fleetd_actors::config::Config) -> anyhow::Result<Served> {
+    pub(super) async fn start(
+        dir: &Path,
+        cfg: &fleetd_actors::config::Config,
+    ) -> anyhow::Result<Served> {
         let state = dir.join("state");
         let config = dir.join("fleetd.toml");
         std::fs::write(&config, toml::to_string(cfg)?)?;
@@ -147,7 +150,7 @@ impl Served {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 }

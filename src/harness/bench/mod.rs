@@ -28,6 +28,7 @@ use crate::client::Client;
 use crate::daemon::Daemon;
 
 mod load;
+mod mesh;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -39,7 +40,9 @@ pub struct BenchArgs {
     /// `load` (a daemon with `--members` members, `--sse` event readers and `--queued` waiting
     /// messages: its memory, CPU and `status` latency at each stage), or `all` (fleet, ledger,
     /// mail and load in one run, with issue 13's targets checked; `--json` prints one document,
-    /// schema `fleetd.bench.all/1`).
+    /// schema `fleetd.bench.all/1`), or `mesh` (`--hosts` daemons in a full mesh on
+    /// 127.0.0.x: time to form, memory and CPU per link at idle, an anchor pull across every
+    /// peer, mail from every other lead to one; schema `fleetd.bench.mesh/1`).
     #[arg(value_enum, default_value_t = Which::Fleet)]
     pub which: Which,
     /// Samples per measurement.
@@ -59,6 +62,8 @@ pub struct BenchArgs {
     pub json: bool,
     #[command(flatten)]
     pub load: load::LoadArgs,
+    #[command(flatten)]
+    pub mesh: mesh::MeshArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -72,6 +77,8 @@ pub enum Which {
     Load,
     /// Every measurement above in one run, with issue 13's targets checked.
     All,
+    /// `--hosts` daemons in a full mesh over QUIC on 127.0.0.x (not part of `all`).
+    Mesh,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -118,7 +125,7 @@ pub async fn run_echo_server() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     pub name: String,
     pub n: usize,
@@ -1187,6 +1194,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Which::Mail => run_mail(&args).await?,
         Which::Anchors => run_anchors(&args).await?,
         Which::Load => load::run(&args).await?,
+        Which::Mesh => mesh::run(&args).await?,
         Which::Fleet => run_fleet(&args).await?,
     };
     if args.json {
