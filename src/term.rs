@@ -1,7 +1,8 @@
 //! Terminals: a small per-member PTY host process, and the daemon's backend that talks to it.
 //!
-//! Each member's command runs in a PTY (portable-pty) held by `fleetd pty-host`, a tiny process
-//! the member's slot actor launches and addresses over a Unix socket in the state dir. The host
+//! Each member's command runs in a PTY (portable-pty) held by a tiny host process,
+//! `fleetd-pty-host` (`src/bin/`; `fleetd pty-host` runs the same code when the small binary is
+//! not beside `fleetd`), which the member's slot actor launches and addresses over a Unix socket in the state dir. The host
 //! keeps a vt100 model of the screen, so a daemon that restarts (or a slot actor that is
 //! restarted by its supervisor) re-adopts the running agent with its screen intact instead of
 //! killing it. The host records the program's exit in a file so a daemon that was down when the
