@@ -240,6 +240,41 @@ fn kept_proofs(dir: &std::path::Path) -> Vec<Equivocation> {
         .collect()
 }
 
+/// Attempts at one peer's anchors per heartbeat, and the wait before the second (doubling).
+const PULL_ATTEMPTS: u32 = 3;
+const PULL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One peer's served anchors, asked on its current connection. A link that is down, or a
+/// request that fails (a connection replaced while the mesh forms, a timeout), is tried again
+/// after a short wait, a few times within the heartbeat, instead of waiting for the next one;
+/// a refusal is an answer and is not. None if no attempt got the anchors.
+async fn pull_with_retries(current: &Current, name: &str) -> Option<Vec<(String, String)>> {
+    let mut failed: Option<String> = None;
+    for attempt in 0..PULL_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(PULL_RETRY * 2u32.pow(attempt - 1)).await;
+        }
+        let Some(conn) = super::endpoint::connection(current, name) else {
+            continue;
+        };
+        match wire::request(name, &conn, &Request::Anchors).await {
+            Ok(Response::Anchors { anchors }) => return Some(anchors),
+            Ok(other) => {
+                tracing::debug!(answer = ?other, "anchor pull refused");
+                return None;
+            }
+            Err(e) => failed = Some(e.to_string()),
+        }
+    }
+    match failed {
+        Some(why) => {
+            tracing::info!(peer = %name, error = %why, attempts = PULL_ATTEMPTS, "anchor pull failed; the next heartbeat tries again")
+        }
+        None => tracing::debug!(peer = %name, "no anchor pull: the link is down"),
+    }
+    None
+}
+
 impl Actor for AnchorPuller {
     type Msg = AnchorMsg;
     type State = PullerState;
@@ -284,21 +319,13 @@ impl Actor for AnchorPuller {
             AnchorMsg::Tick => {
                 st.timer.fired();
                 for (name, peer) in &st.peers {
-                    let Some(conn) = st.conn(name) else { continue };
                     let (name, key, me) = (name.clone(), peer.key, myself.clone());
+                    let current = st.current.clone();
                     let span = tracing::debug_span!("anchor pull", peer = %name);
                     tokio::spawn(tracing::Instrument::instrument(
                         async move {
-                            let lines = match wire::request(&name, &conn, &Request::Anchors).await {
-                                Ok(Response::Anchors { anchors }) => anchors,
-                                Ok(other) => {
-                                    tracing::debug!(answer = ?other, "anchor pull refused");
-                                    return;
-                                }
-                                Err(e) => {
-                                    tracing::debug!(error = %e, "anchor pull failed");
-                                    return;
-                                }
+                            let Some(lines) = pull_with_retries(&current, &name).await else {
+                                return;
                             };
                             // Verified against the home host's key before anything else.
                             let verified = tokio::task::spawn_blocking(move || {
