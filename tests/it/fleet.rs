@@ -350,8 +350,28 @@ async fn a_delivery_that_is_not_taken_is_reported_stalled_and_the_queue_holds() 
     let mut ev = d.events().await;
     d.spawn("w1", "worker", sim(&["--ignore-input"])).await;
     ev.status("w1", "idle").await;
-    let t1 = d.send("w1", "first").await;
-    let t2 = d.send("w1", "second").await;
+    // A send answers with the receipt as committed with its ticket: the first went to the idle
+    // target at once, the second waits behind it.
+    let send = |m: &'static str| {
+        let c = &d.client;
+        async move {
+            c.post::<Value>("/members/w1/messages", &json!({ "message": m }))
+                .await
+                .unwrap()
+        }
+    };
+    let (s1, s2) = (send("first").await, send("second").await);
+    assert_eq!(s1["ticket"]["receipt"]["state"], "delivered", "{s1}");
+    assert_eq!(s2["ticket"]["receipt"]["state"], "queued", "{s2}");
+    assert_eq!(s1["ticket"]["receipt"]["target"], "w1", "{s1}");
+    let (t1, t2) = (
+        s1["ticket"]["id"].as_str().unwrap().to_string(),
+        s2["ticket"]["id"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(
+        d.ticket(&t2).await["receipt"]["queued_at"],
+        s2["ticket"]["receipt"]["queued_at"]
+    );
     ev.receipt(&t1, "stalled").await;
     let m = d.member("w1").await;
     assert_eq!(m["queue"]["stalled"], true);

@@ -23,7 +23,7 @@ impl Fleet {
         body: String,
         origin: Option<Origin>,
         via: Via,
-    ) -> Result<Ticket, FleetError> {
+    ) -> Result<Queued, FleetError> {
         let c = self.ctx.config();
         let (to2, body2) = (to.clone(), body.clone());
         let ttl_ms = c.tickets.ttl_seconds.saturating_mul(1000);
@@ -60,7 +60,7 @@ impl Fleet {
                     CALL,
                 )
                 .await
-                .and_then(|r| r.map(drop)),
+                .and_then(|r| r.map(|_| None)),
             Via::Injector => {
                 let msg_id = ticket.msg.ok_or_else(|| {
                     FleetError::internal("fleet_send", "the desk opened a ticket without a message")
@@ -77,7 +77,7 @@ impl Fleet {
                             CALL,
                         )
                         .await
-                        .and_then(|r| r.map(drop)),
+                        .and_then(|r| r.map(|m| Some(Receipt::from(&m)))),
                     None => Err(FleetError::unavailable(
                         format!("message to `{to}`"),
                         "its injector is restarting",
@@ -85,21 +85,24 @@ impl Fleet {
                 }
             }
         };
-        if let Err(e) = queued {
-            // Never durable yet: this records it, as undeliverable, so it does not dangle.
-            desk.cast(DeskMsg::Undeliverable {
-                tickets: vec![(ticket.id, e.to_string())],
-                requeued: false,
-            });
-            return Err(e);
-        }
+        let receipt = match queued {
+            Ok(r) => r,
+            Err(e) => {
+                // Never durable yet: this records it, as undeliverable, so it does not dangle.
+                desk.cast(DeskMsg::Undeliverable {
+                    tickets: vec![(ticket.id, e.to_string())],
+                    requeued: false,
+                });
+                return Err(e);
+            }
+        };
         // The ticket is durable now (with its message); tell a desk that restarted meanwhile.
         if let Ok(d) = self.desk().await {
             d.cast(DeskMsg::Known {
                 ticket: Box::new(ticket.clone()),
             });
         }
-        Ok(ticket)
+        Ok(Queued { ticket, receipt })
     }
 
     /// Sends `message` from `caller` to the member `to` (or, as `NAME@HOST`, to another host's
@@ -131,28 +134,36 @@ impl Fleet {
         self.check_size(&what, &message)?;
         crate::tickets::state::check_not_self(&what, &from, &to)?;
         self.live_member(&to, &what).await?;
-        let ticket = self
+        let queued = self
             .ticketed(TicketKind::Send, from, &to, message, None, Via::Injector)
             .await?;
-        self.sent(ticket, wait, wait_secs).await
+        self.sent(queued, wait, wait_secs).await
     }
 
     /// Answer a send: the ticket at once, or after a bounded wait for its answer.
     pub(super) async fn sent(
         &self,
-        ticket: Ticket,
+        queued: Queued,
         wait: bool,
         wait_secs: Option<u64>,
     ) -> Result<SendResult, FleetError> {
         if !wait {
+            let ticket = match queued.receipt {
+                // The receipt as committed with the ticket: no second read of the store.
+                Some(r) => TicketView {
+                    ticket: queued.ticket,
+                    receipt: Some(r),
+                },
+                None => self.view(queued.ticket).await,
+            };
             return Ok(SendResult {
-                ticket: self.view(ticket).await,
+                ticket,
                 resolved: None,
             });
         }
         let max = self.ctx.config().tickets.send_wait_max_seconds;
         let secs = wait_secs.unwrap_or(max).min(max);
-        let (t, resolved) = self.wait_ticket(ticket.id, secs).await?;
+        let (t, resolved) = self.wait_ticket(queued.ticket.id, secs).await?;
         Ok(SendResult {
             ticket: self.view(t).await,
             resolved: Some(resolved),
@@ -227,7 +238,7 @@ impl Fleet {
             altered: crate::sanitize::for_terminal(&message).1.describe(),
         };
         let lead = MemberName::new("lead")?;
-        let ticket = self
+        let queued = self
             .ticketed(
                 TicketKind::Send,
                 from,
@@ -237,7 +248,7 @@ impl Fleet {
                 Via::Mail { mail, receipt },
             )
             .await?;
-        self.sent(ticket, wait, wait_secs).await
+        self.sent(queued, wait, wait_secs).await
     }
 
     /// Hand a message received from another host's lead to this host's primary (through its
@@ -277,7 +288,7 @@ impl Fleet {
                 Via::Injector,
             )
             .await?;
-        Ok(t.id)
+        Ok(t.ticket.id)
     }
 
     pub(super) async fn wait_ticket(
@@ -351,7 +362,7 @@ impl Fleet {
             ));
         };
         self.check_size("fleet_ask", &question)?;
-        let ticket = self
+        let queued = self
             .ticketed(
                 TicketKind::Ask,
                 from,
@@ -362,7 +373,7 @@ impl Fleet {
             )
             .await?;
         let secs = self.ctx.config().tickets.ask_wait_seconds;
-        let (t, _) = self.wait_ticket(ticket.id, secs).await?;
+        let (t, _) = self.wait_ticket(queued.ticket.id, secs).await?;
         let (answered, answer, note) = match t.state {
             TicketState::Replied => (
                 true,

@@ -348,6 +348,13 @@ impl Fleet {
     }
 }
 
+/// A ticket whose message is durably queued, with the message's receipt as committed (for a
+/// message to a member here; a message for another host's lead has its receipt in the ticket).
+pub(super) struct Queued {
+    ticket: Ticket,
+    receipt: Option<Receipt>,
+}
+
 /// Where a ticketed message is queued, in the same commit as its ticket.
 enum Via {
     /// The target member's injector, on this host.

@@ -256,15 +256,30 @@ impl Actor for InjectorActor {
                 let id = msg.id;
                 st.ride_along = ticket.map(|t| *t);
                 match st.core.enqueue(*msg, now) {
-                    Ok(fx) => {
-                        let first = fx.iter().find_map(|e| match e {
+                    Ok(mut fx) => {
+                        // The message as committed: its last state in this batch (queued, or
+                        // already delivered when the target could take it), so the sender's
+                        // receipt needs no second read of the store.
+                        let saved = fx.iter().rev().find_map(|e| match e {
                             Effect::Save(m) if m.id == id => Some(m.clone()),
                             _ => None,
                         });
+                        // The sender hears as soon as the commit is done; the paste that may
+                        // follow it (the effects after the last save) goes out after that, so
+                        // the acknowledgement does not wait behind the delivery's work.
+                        let after = fx
+                            .iter()
+                            .rposition(|e| matches!(e, Effect::Save(_)))
+                            .map_or(0, |i| i + 1);
+                        let then = fx.split_off(after);
                         let r = st.perform(fx).await;
+                        let committed = r.is_ok();
                         let _ = reply.send(r.and_then(|_| {
-                            first.ok_or_else(|| FleetError::internal("enqueue", "no receipt"))
+                            saved.ok_or_else(|| FleetError::internal("enqueue", "no receipt"))
                         }));
+                        if committed {
+                            st.perform(then).await?;
+                        }
                     }
                     Err(e) => {
                         st.ride_along = None;

@@ -11,7 +11,8 @@ use crate::types::MsgId;
 
 pub enum InjectorMsg {
     /// Queue a message. `ticket`, when given, is the message's ticket, not yet durable: it is
-    /// committed in the same transaction as the message, so a send costs one fsync.
+    /// committed in the same transaction as the message, so a send costs one fsync. Answered,
+    /// once committed, with the message as committed (queued, or already delivered).
     Enqueue {
         msg: Box<Message>,
         ticket: Option<Box<Ticket>>,
