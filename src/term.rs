@@ -56,9 +56,22 @@ enum HostMsg {
         code: Option<i32>,
         signal: Option<String>,
     },
+    /// The screen, as asked for by `DaemonMsg::Screen`.
+    Screen(Vec<u8>),
+    /// `Hello` from a host that also takes `DaemonMsg::Screen` (a variant of its own, so a
+    /// daemon still tells an older host's `Hello` apart and never asks it for its screen).
+    Welcome {
+        pid: u32,
+        host_pid: u32,
+        rows: u16,
+        cols: u16,
+        snapshot: Vec<u8>,
+        pasted: Vec<u64>,
+    },
 }
 
-/// Daemon -> host.
+/// Daemon -> host. New variants go at the end: an older host that reads one it does not know
+/// drops the connection.
 #[derive(Debug, Serialize, Deserialize)]
 enum DaemonMsg {
     Input(Vec<u8>),
@@ -76,6 +89,8 @@ enum DaemonMsg {
         grace_ms: u64,
     },
     Detach,
+    /// Send the screen as it is now (`HostMsg::Screen`).
+    Screen,
 }
 
 /// What the exit file records.
@@ -329,7 +344,7 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
     let mut greeted = false;
     let hello = |parser: &vt100::Parser, pasted: &std::collections::VecDeque<u64>| {
         let (rows, cols) = parser.screen().size();
-        HostMsg::Hello {
+        HostMsg::Welcome {
             pid,
             host_pid,
             rows: rows.get(),
@@ -494,6 +509,14 @@ async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
                     signal_group(pid, Signal::SIGHUP);
                     signal_group(pid, Signal::SIGTERM);
                     term_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(grace_ms));
+                }
+                Ok(Some(DaemonMsg::Screen)) => {
+                    let screen = HostMsg::Screen(parser.screen().state_formatted().into_bytes());
+                    if let Some((_, w)) = conn.as_mut()
+                        && codec::write_frame(w, &screen).await.is_err()
+                    {
+                        conn = None;
+                    }
                 }
                 Ok(Some(DaemonMsg::Detach)) | Ok(None) | Err(_) => conn = None,
             },
@@ -663,15 +686,22 @@ impl HostBackend {
             )
         })?
         .map_err(|e| FleetError::internal(what.clone(), e.to_string()))?;
-        let Some(HostMsg::Hello {
-            pid,
-            host_pid,
-            snapshot,
-            pasted,
-            ..
-        }) = hello
-        else {
-            return Err(FleetError::internal(what, "the PTY host did not say hello"));
+        let (pid, host_pid, snapshot, pasted, screen_on_request) = match hello {
+            Some(HostMsg::Welcome {
+                pid,
+                host_pid,
+                snapshot,
+                pasted,
+                ..
+            }) => (pid, host_pid, snapshot, pasted, true),
+            Some(HostMsg::Hello {
+                pid,
+                host_pid,
+                snapshot,
+                pasted,
+                ..
+            }) => (pid, host_pid, snapshot, pasted, false),
+            _ => return Err(FleetError::internal(what, "the PTY host did not say hello")),
         };
         let (ev_tx, ev_rx) = mpsc::channel::<TermEvent>(64);
         let (in_tx, mut in_rx) = mpsc::channel::<TermInput>(256);
@@ -701,7 +731,12 @@ impl HostBackend {
                             break;
                         }
                     }
-                    Ok(Some(HostMsg::Hello { .. })) => {}
+                    Ok(Some(HostMsg::Screen(b))) => {
+                        if ev_tx.send(TermEvent::Screen(b)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Some(HostMsg::Hello { .. } | HostMsg::Welcome { .. })) => {}
                     Ok(None) => {
                         let _ = ev_tx
                             .send(TermEvent::Lost("the PTY host closed the connection".into()))
@@ -730,6 +765,7 @@ impl HostBackend {
                     },
                     TermInput::Resize { rows, cols } => DaemonMsg::Resize { rows, cols },
                     TermInput::Terminate { grace_ms } => DaemonMsg::Terminate { grace_ms },
+                    TermInput::Screen => DaemonMsg::Screen,
                     TermInput::Detach => {
                         let _ = codec::write_frame(&mut w, &DaemonMsg::Detach).await;
                         break;
@@ -749,6 +785,7 @@ impl HostBackend {
             input: in_tx,
             events: ev_rx,
             pasted,
+            screen_on_request,
         })
     }
 }

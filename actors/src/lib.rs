@@ -27,6 +27,7 @@ pub mod keys;
 pub mod ledger;
 pub mod link;
 pub mod mail;
+pub mod memory;
 pub mod publish;
 pub mod quiet;
 pub mod registry;

@@ -29,6 +29,9 @@ pub enum TermEvent {
     Pasted { id: u64 },
     /// A paste could not be written (the program stopped reading its input).
     PasteRefused { id: u64, why: String },
+    /// The terminal's screen as escape sequences that redraw it, asked for by
+    /// `TermInput::Screen`; it holds every `Output` sent before it.
+    Screen(Vec<u8>),
 }
 
 /// What a slot sends to a terminal.
@@ -55,6 +58,9 @@ pub enum TermInput {
     },
     /// Close the connection and leave the program running (for re-adoption later).
     Detach,
+    /// Send the screen as it is now (`TermEvent::Screen`); only to a terminal whose handle
+    /// says `screen_on_request`.
+    Screen,
 }
 
 pub use fleetd_core::term::{
@@ -73,6 +79,9 @@ pub struct TermHandle {
     pub events: mpsc::Receiver<TermEvent>,
     /// The paste ids the host has taken (its most recent [`PASTES_REMEMBERED`]), oldest first.
     pub pasted: Vec<u64>,
+    /// Whether the terminal sends its screen when asked (`TermInput::Screen`); a host from
+    /// before that was possible does not, and its member's screen then stays in the daemon.
+    pub screen_on_request: bool,
 }
 
 /// Everything needed to start a member's command.

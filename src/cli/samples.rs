@@ -290,6 +290,7 @@ pub(super) fn member_detail(at: Millis) -> Value {
             rows: 40,
             cols: 120,
             screen: "$ ".into(),
+            screen_dormant: false,
         }),
         queue: Some(QueueView {
             in_flight: None,

@@ -3,6 +3,7 @@
 
 use fleetd_actors::events::EventKind;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -1102,4 +1103,65 @@ print(len(names))
             "NOTE: FLEETD_PROMETHEUS_PYTHON unset: checked here only, not by Prometheus' parser"
         );
     }
+}
+
+/// Polls a member's view until `pred` holds (bounded): the screen's dormancy has no event.
+async fn member_until(d: &D, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = d.member(name).await;
+        if pred(&m) {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not happen within 20 s: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_still_members_screen_leaves_the_daemon_and_comes_back_whole() {
+    use tokio::io::AsyncReadExt;
+    let mut c = test_config();
+    c.lifecycle.screen_dormant_seconds = 1;
+    let d = D::with(c).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&[])).await;
+    ev.status("w1", "idle").await;
+    let dormant = |m: &Value| m["slot_view"]["screen_dormant"] == true;
+    let m = member_until(&d, "w1", "the screen's drop", dormant).await;
+    let still = m["slot_view"]["screen"].as_str().unwrap().to_string();
+    assert!(still.trim_end().ends_with("sim>"), "{still}");
+    assert_eq!(m["status"], "idle");
+    // An attach gets the screen back from the terminal host, whole.
+    let mut conn = d.client.attach("w1", 40, 120).await.unwrap();
+    let mut seen = vt100::Parser::new(
+        std::num::NonZeroU16::new(40).unwrap(),
+        std::num::NonZeroU16::new(120).unwrap(),
+        0,
+    );
+    let mut buf = vec![0u8; 8192];
+    while seen.screen().contents().trim_end() != still.trim_end() {
+        let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("the attached screen never matched the dropped one")
+            .unwrap();
+        assert!(n > 0, "the attach closed");
+        seen.process(&buf[..n]);
+    }
+    drop(conn);
+    // A message to the member as it drops its screen again is delivered, its turn is read
+    // from the screen the host hands back, and the member is idle after it.
+    member_until(&d, "w1", "the second drop", dormant).await;
+    let t = d.send("w1", "sum: 2 3").await;
+    ev.ticket(&t, "replied").await;
+    let m = member_until(&d, "w1", "the third drop", |m| {
+        dormant(m) && m["status"] == "idle"
+    })
+    .await;
+    let screen = m["slot_view"]["screen"].as_str().unwrap();
+    assert!(screen.contains(&format!("replied to {t}")), "{screen}");
+    assert_eq!(d.ticket(&t).await["receipt"]["state"], "accepted");
 }

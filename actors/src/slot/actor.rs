@@ -48,7 +48,7 @@ pub enum SlotMsg {
         reply: RpcReplyPort<Result<(), FleetError>>,
     },
     Attach {
-        reply: RpcReplyPort<(Vec<u8>, broadcast::Receiver<Vec<u8>>)>,
+        reply: AttachReply,
     },
     Resize {
         rows: u16,
@@ -84,6 +84,9 @@ pub enum SlotMsg {
     Panic,
 }
 
+/// The answer to an attach: the screen, then a live stream of the terminal's output.
+pub type AttachReply = RpcReplyPort<(Vec<u8>, broadcast::Receiver<Vec<u8>>)>;
+
 /// What status and screen views show of a slot.
 #[derive(Clone, Debug, Serialize)]
 pub struct SlotView {
@@ -94,6 +97,8 @@ pub struct SlotView {
     pub rows: u16,
     pub cols: u16,
     pub screen: String,
+    /// The screen model is dropped here (the member sat still; its terminal host keeps it).
+    pub screen_dormant: bool,
 }
 
 pub struct SlotArgs {
@@ -113,7 +118,14 @@ pub struct SlotActorState {
     core: SlotCore,
     profile_name: String,
     input: Option<mpsc::Sender<TermInput>>,
-    out: broadcast::Sender<Vec<u8>>,
+    /// The output stream to attached viewers, made at the first attach and dropped once
+    /// nobody watches (an idle member does not keep a stream buffer).
+    out: Option<broadcast::Sender<Vec<u8>>>,
+    /// Whether the terminal host hands its screen back when asked (so a still member's screen
+    /// can be dropped here).
+    screen_on_request: bool,
+    /// Attaches waiting for a dropped screen to come back from the terminal host.
+    attach_waiters: Vec<AttachReply>,
     timer: Timer,
     exit_reason: Option<String>,
     stop_waiters: Vec<RpcReplyPort<()>>,
@@ -125,7 +137,10 @@ pub struct SlotActorState {
     settle_waiters: Vec<RpcReplyPort<()>>,
 }
 
-fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
+/// The viewers' stream buffer: output chunks a slow viewer may lag behind by.
+const VIEWER_BUFFER: usize = 256;
+
+fn settings(ctx: &SharedCtx, role: Role, screen_on_request: bool) -> SlotSettings {
     let c = ctx.config();
     let exempt = c.lifecycle.idle_ttl_exempt.contains(&role);
     SlotSettings {
@@ -138,6 +153,11 @@ fn settings(ctx: &SharedCtx, role: Role) -> SlotSettings {
         },
         tail_lines: c.tickets.tail_lines,
         accept_timeout_ms: c.injector.accept_timeout_ms,
+        dormant_ms: if screen_on_request {
+            c.lifecycle.screen_dormant_seconds.saturating_mul(1000)
+        } else {
+            0
+        },
     }
 }
 
@@ -253,6 +273,15 @@ impl SlotActorState {
                         i.cast(InjectorMsg::NotStarted { id: msg, why });
                     }
                 }
+                Effect::ScreenDropped => {
+                    tracing::debug!(member = %self.name, "still screen dropped; the host keeps it");
+                    crate::memory::release_soon();
+                }
+                Effect::WantScreen => {
+                    if let Some(i) = &self.input {
+                        let _ = i.send(TermInput::Screen).await;
+                    }
+                }
                 Effect::Reap { idle_ms } => {
                     let ttl = self.ctx.config().lifecycle.idle_ttl_seconds;
                     let reason = format!(
@@ -357,6 +386,19 @@ impl SlotActorState {
             rows,
             cols,
             screen: self.core.screen_text(),
+            screen_dormant: self.core.is_dormant(),
+        }
+    }
+
+    /// A receiver of the output stream to viewers (made at the first).
+    fn viewers(&mut self) -> broadcast::Receiver<Vec<u8>> {
+        match &self.out {
+            Some(out) => out.subscribe(),
+            None => {
+                let (out, rx) = broadcast::channel(VIEWER_BUFFER);
+                self.out = Some(out);
+                rx
+            }
         }
     }
 
@@ -408,8 +450,7 @@ impl Actor for SlotActor {
             })?;
         let prof = profile(&ctx, &record.profile);
         let now = ctx.now();
-        let mut core = SlotCore::new(prof, settings(&ctx, record.role), now);
-        let (out, _) = broadcast::channel(256);
+        let mut core = SlotCore::new(prof, settings(&ctx, record.role, false), now);
         let fresh = args.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
         let adopted = fresh.is_none();
         let handle = match fresh {
@@ -417,8 +458,14 @@ impl Actor for SlotActor {
             None => ctx.term.connect(&name, record.generation).await,
         };
         let mut adopted_pid = None;
+        let mut screen_on_request = false;
         let (input, fwd, exit_reason) = match handle {
             Ok(h) => {
+                screen_on_request = h.screen_on_request;
+                if !screen_on_request {
+                    tracing::info!(member = %name, "its terminal host cannot hand its screen back (an older host): the screen stays in the daemon");
+                }
+                core.set_settings(settings(&ctx, record.role, screen_on_request));
                 if adopted && !h.snapshot.is_empty() {
                     core.restore(&h.snapshot, record.status, record.status_since);
                 } else if !adopted {
@@ -465,7 +512,9 @@ impl Actor for SlotActor {
             core,
             profile_name: record.profile.clone(),
             input,
-            out,
+            out: None,
+            screen_on_request,
+            attach_waiters: vec![],
             timer: Timer::new(),
             exit_reason,
             stop_waiters: vec![],
@@ -538,8 +587,24 @@ impl Actor for SlotActor {
             SlotMsg::Term(ev, _permit) => match ev {
                 TermEvent::Output(bytes) => {
                     let fx = st.core.output(&bytes, now);
-                    let _ = st.out.send(bytes);
+                    if let Some(out) = &st.out {
+                        if out.receiver_count() == 0 {
+                            st.out = None;
+                        } else {
+                            let _ = out.send(bytes);
+                        }
+                    }
                     st.apply(fx).await;
+                }
+                TermEvent::Screen(screen) => {
+                    let fx = st.core.screen_returned(&screen, now);
+                    st.apply(fx).await;
+                    if let Some(formatted) = st.core.screen_formatted() {
+                        for w in std::mem::take(&mut st.attach_waiters) {
+                            let rx = st.viewers();
+                            let _ = w.send((formatted.clone(), rx));
+                        }
+                    }
                 }
                 TermEvent::Exited { code, signal } => {
                     st.finish(&myself, code, signal, "exited".into()).await;
@@ -616,9 +681,18 @@ impl Actor for SlotActor {
                 };
                 let _ = reply.send(r);
             }
-            SlotMsg::Attach { reply } => {
-                let _ = reply.send((st.core.screen_formatted(), st.out.subscribe()));
-            }
+            SlotMsg::Attach { reply } => match st.core.screen_formatted() {
+                Some(screen) => {
+                    let rx = st.viewers();
+                    let _ = reply.send((screen, rx));
+                }
+                None => {
+                    // Dropped while the member sat still: the host's screen comes first.
+                    st.attach_waiters.push(reply);
+                    let fx = st.core.wake();
+                    st.apply(fx).await;
+                }
+            },
             SlotMsg::Resize { rows, cols } => {
                 st.core.resize(rows, cols);
                 if let Some(i) = &st.input {
@@ -631,7 +705,8 @@ impl Actor for SlotActor {
             }
             SlotMsg::Reload => {
                 st.core.set_profile(profile(&st.ctx, &st.profile_name));
-                st.core.set_settings(settings(&st.ctx, st.role));
+                st.core
+                    .set_settings(settings(&st.ctx, st.role, st.screen_on_request));
             }
             SlotMsg::Resolve { msg, reply } => {
                 let (written, fx) = st.core.resolve(msg.id, &delivery_text(&msg), now);

@@ -162,6 +162,11 @@ pub enum Effect {
         /// The last lines of the screen, as the agent shows them now.
         screen: String,
     },
+    /// The screen model was dropped (the member sat still): memory may be given back.
+    ScreenDropped,
+    /// The screen model is needed again: ask the terminal host for its screen
+    /// ([`SlotCore::screen_returned`]).
+    WantScreen,
 }
 
 /// Why a status changed.
@@ -185,6 +190,9 @@ pub struct SlotSettings {
     pub tail_lines: usize,
     /// After the Enter, the agent must show it started a turn within this time.
     pub accept_timeout_ms: Millis,
+    /// A screen still this long (no paste in flight) is dropped; 0 = never (also for a
+    /// terminal host that cannot hand its screen back).
+    pub dormant_ms: Millis,
 }
 
 /// A status a signal set, and when.
@@ -219,9 +227,24 @@ fn excerpt(screen: &str, lines: usize) -> String {
     ls[ls.len().saturating_sub(lines)..].join("\n")
 }
 
+/// The screen model: a vt100 grid, or none while the member sits still.
+enum Screen {
+    Live(Box<vt100::Parser>),
+    /// Dropped after a still spell: what the rules read of it is kept (`last_contents`, the
+    /// paste mode, the size) and the terminal host holds the grid. Output while dormant is
+    /// not applied: the host's screen, asked for at the first output (`waking`), already
+    /// holds it, and everything the host sent before that answer.
+    Dormant {
+        rows: u16,
+        cols: u16,
+        bracketed_paste: bool,
+        waking: bool,
+    },
+}
+
 /// One member's screen and status.
 pub struct SlotCore {
-    parser: vt100::Parser,
+    screen_model: Screen,
     profile: CompiledProfile,
     settings: SlotSettings,
     /// The status as last published.
@@ -241,6 +264,8 @@ pub struct SlotCore {
     /// ...and until the screen has been still for the window after that hook.
     settling: bool,
     last_change: Millis,
+    /// When the screen model last came back from the host (it stays at least `dormant_ms`).
+    woke_at: Millis,
     last_contents: String,
     /// The screen changed since it was last classified.
     dirty: bool,
@@ -266,7 +291,7 @@ impl SlotCore {
             (profile.wait_for_session_ms > 0).then(|| now + profile.wait_for_session_ms);
         let silent_is_idle = profile.prompt.is_none();
         SlotCore {
-            parser,
+            screen_model: Screen::Live(Box::new(parser)),
             profile,
             settings,
             status: Status::Starting,
@@ -282,6 +307,7 @@ impl SlotCore {
             session_until,
             settling: false,
             last_change: now,
+            woke_at: 0,
             last_contents: String::new(),
             // Without a prompt to wait for, a program that prints nothing (`cat`, a silent
             // REPL) is idle once its empty screen has been still for the window; a profile
@@ -345,8 +371,9 @@ impl SlotCore {
     pub fn restore(&mut self, snapshot: &[u8], status: Status, since: Millis) {
         self.tools_until = None;
         self.session_until = None;
-        self.parser.process(snapshot);
-        self.last_contents = self.parser.screen().contents();
+        let parser = self.live();
+        parser.process(snapshot);
+        self.last_contents = parser.screen().contents();
         if status != Status::Exited {
             self.status = status;
             self.status_since = since;
@@ -364,14 +391,82 @@ impl SlotCore {
     /// The terminal was resized.
     pub fn resize(&mut self, rows: u16, cols: u16) {
         let (rows, cols) = crate::term::clamp_size(rows, cols);
-        self.parser
-            .screen_mut()
-            .set_size(nz(rows, 40), nz(cols, 120));
+        match &mut self.screen_model {
+            Screen::Live(p) => p.screen_mut().set_size(nz(rows, 40), nz(cols, 120)),
+            // The host resizes its own screen; it comes back at this size.
+            Screen::Dormant {
+                rows: r, cols: c, ..
+            } => (*r, *c) = (rows, cols),
+        }
     }
 
     pub fn size(&self) -> (u16, u16) {
-        let (r, c) = self.parser.screen().size();
-        (r.get(), c.get())
+        match &self.screen_model {
+            Screen::Live(p) => {
+                let (r, c) = p.screen().size();
+                (r.get(), c.get())
+            }
+            Screen::Dormant { rows, cols, .. } => (*rows, *cols),
+        }
+    }
+
+    /// The live screen model, made from nothing at the dormant screen's size if there is none
+    /// (for output that replaces the screen whole: a restore or the host's screen).
+    fn live(&mut self) -> &mut vt100::Parser {
+        if let Screen::Dormant { rows, cols, .. } = self.screen_model {
+            self.screen_model =
+                Screen::Live(Box::new(vt100::Parser::new(nz(rows, 40), nz(cols, 120), 0)));
+        }
+        match &mut self.screen_model {
+            Screen::Live(p) => p,
+            Screen::Dormant { .. } => unreachable!("made live above"),
+        }
+    }
+
+    /// Whether the screen model is dropped (the member sat still).
+    pub fn is_dormant(&self) -> bool {
+        matches!(self.screen_model, Screen::Dormant { .. })
+    }
+
+    /// Ask for the screen model back: a dormant screen asks the terminal host for its screen
+    /// (once); a live one needs nothing.
+    pub fn wake(&mut self) -> Vec<Effect> {
+        match &mut self.screen_model {
+            Screen::Dormant { waking, .. } if !*waking => {
+                *waking = true;
+                vec![Effect::WantScreen]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// The terminal host's screen, asked for by [`Effect::WantScreen`]: the screen model is
+    /// live again from it, and read as output (it holds all output the host sent before it).
+    /// On a live screen (a second answer) it is output like any other redraw.
+    pub fn screen_returned(&mut self, snapshot: &[u8], now: Millis) -> Vec<Effect> {
+        // A fresh model at the dormant screen's size: the host's screen replaces it whole.
+        if self.is_dormant() {
+            self.woke_at = now;
+        }
+        self.live();
+        self.output(snapshot, now)
+    }
+
+    /// Whether a still screen is due to be dropped now (see [`SlotSettings::dormant_ms`]).
+    fn dormant_at(&self) -> Option<Millis> {
+        let d = self.settings.dormant_ms;
+        if d == 0
+            || self.is_dormant()
+            || self.dirty
+            || self.status == Status::Exited
+            || self
+                .paste
+                .as_ref()
+                .is_some_and(|p| !p.started && !p.reported)
+        {
+            return None;
+        }
+        Some(self.last_change.max(self.woke_at) + d)
     }
 
     pub fn set_profile(&mut self, profile: CompiledProfile) {
@@ -382,6 +477,7 @@ impl SlotCore {
         self.settings.idle_ttl_ms = settings.idle_ttl_ms;
         self.settings.tail_lines = settings.tail_lines;
         self.settings.accept_timeout_ms = settings.accept_timeout_ms;
+        self.settings.dormant_ms = settings.dormant_ms;
     }
 
     pub fn status(&self) -> Status {
@@ -411,19 +507,32 @@ impl SlotCore {
         self.pin.is_some()
     }
 
-    /// The screen as plain text.
+    /// The screen as plain text (a dormant screen's as it was when dropped: nothing was
+    /// drawn since).
     pub fn screen_text(&self) -> String {
-        self.parser.screen().contents()
+        match &self.screen_model {
+            Screen::Live(p) => p.screen().contents(),
+            Screen::Dormant { .. } => self.last_contents.clone(),
+        }
     }
 
-    /// Escape sequences that redraw the current screen (for an attaching terminal).
-    pub fn screen_formatted(&self) -> Vec<u8> {
-        self.parser.screen().state_formatted().into_bytes()
+    /// Escape sequences that redraw the current screen (for an attaching terminal); `None`
+    /// while the screen is dormant ([`Self::wake`] first).
+    pub fn screen_formatted(&self) -> Option<Vec<u8>> {
+        match &self.screen_model {
+            Screen::Live(p) => Some(p.screen().state_formatted().into_bytes()),
+            Screen::Dormant { .. } => None,
+        }
     }
 
     /// Whether the program asked for bracketed paste.
     pub fn bracketed_paste(&self) -> bool {
-        self.parser.screen().bracketed_paste()
+        match &self.screen_model {
+            Screen::Live(p) => p.screen().bracketed_paste(),
+            Screen::Dormant {
+                bracketed_paste, ..
+            } => *bracketed_paste,
+        }
     }
 
     /// The last `tail_lines` non-blank lines of the screen.
@@ -546,8 +655,14 @@ impl SlotCore {
     /// Output from the terminal.
     pub fn output(&mut self, bytes: &[u8], now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
-        self.parser.process(bytes);
-        let contents = self.parser.screen().contents();
+        let contents = match &mut self.screen_model {
+            Screen::Live(p) => {
+                p.process(bytes);
+                p.screen().contents()
+            }
+            // Held by the host, whose screen is asked for (once) and read in its place.
+            Screen::Dormant { .. } => return self.wake(),
+        };
         if contents == self.last_contents || self.status == Status::Exited {
             return fx;
         }
@@ -690,6 +805,18 @@ impl SlotCore {
             });
         }
         self.refresh(Cause::Screen, now, &mut fx);
+        if let (Some(at), Screen::Live(p)) = (self.dormant_at(), &self.screen_model)
+            && now >= at
+        {
+            let (r, c) = p.screen().size();
+            self.screen_model = Screen::Dormant {
+                rows: r.get(),
+                cols: c.get(),
+                bracketed_paste: p.screen().bracketed_paste(),
+                waking: false,
+            };
+            fx.push(Effect::ScreenDropped);
+        }
         let ttl = self.settings.idle_ttl_ms;
         if ttl > 0
             && !self.reaped
@@ -730,6 +857,7 @@ impl SlotCore {
         }
         at.extend(self.tools_until);
         at.extend(self.session_until);
+        at.extend(self.dormant_at());
         if self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle {
             at.push(self.status_since + self.settings.idle_ttl_ms);
         }
@@ -825,6 +953,7 @@ mod tests {
             idle_ttl_ms: ttl,
             tail_lines: 3,
             accept_timeout_ms: 2_000,
+            dormant_ms: 0,
         }
     }
 
@@ -925,6 +1054,136 @@ mod tests {
         c.tick(100);
         assert_eq!(c.status(), Status::Idle);
         c
+    }
+
+    /// An idle TUI whose screen is dropped after `dormant_ms` of stillness.
+    fn dormant_tui(dormant_ms: Millis) -> SlotCore {
+        let mut c = idle_tui();
+        c.set_settings(SlotSettings {
+            dormant_ms,
+            ..settings(0)
+        });
+        c
+    }
+
+    fn has(fx: &[Effect], e: &Effect) -> bool {
+        fx.contains(e)
+    }
+
+    #[test]
+    fn a_still_screen_is_dropped_and_what_the_rules_read_of_it_is_kept() {
+        let mut c = dormant_tui(1_000);
+        let (text, tail, size) = (c.screen_text(), c.tail(), c.size());
+        assert!(c.screen_formatted().is_some());
+        // Last drawn at 0: due at 1,000, and the timer is told so.
+        assert_eq!(c.next_deadline(), Some(1_000));
+        assert!(!has(&c.tick(999), &Effect::ScreenDropped));
+        assert!(!c.is_dormant());
+        let fx = c.tick(1_000);
+        assert_eq!(fx, vec![Effect::ScreenDropped]);
+        assert!(c.is_dormant());
+        assert_eq!(
+            c.next_deadline(),
+            None,
+            "nothing more to do for an idle member"
+        );
+        assert_eq!((c.screen_text(), c.tail(), c.size()), (text, tail, size));
+        assert_eq!((c.status(), c.injectable()), (Status::Idle, true));
+        assert_eq!(c.screen_formatted(), None, "an attach must wake it first");
+        // The paste mode is remembered: a message to the dormant member is still bracketed.
+        assert!(c.bracketed_paste());
+        let p = pastes(&c.paste(MsgId(1), "[fleet ticket t-1 from lead]\nhi"));
+        assert!(p[0].0.starts_with(b"\x1b[200~"));
+        // 0 keeps every screen.
+        let mut k = dormant_tui(0);
+        assert!(
+            c.tick(1_000_000).is_empty() && !k.tick(1_000_000).contains(&Effect::ScreenDropped)
+        );
+        assert!(!k.is_dormant());
+    }
+
+    #[test]
+    fn output_to_a_dormant_screen_asks_for_the_hosts_screen_once_and_reads_that() {
+        let mut c = dormant_tui(1_000);
+        c.tick(1_000);
+        assert!(c.is_dormant());
+        // The host's own model of the same terminal, fed everything.
+        let mut host = vt100::Parser::new(nz(10, 10), nz(60, 60), 0);
+        host.process(b"\x1b[?2004h");
+        host.process(&frame(&["welcome", "> ", "? for shortcuts"]));
+        let work = frame(&["> do it", "", "* esc to interrupt"]);
+        host.process(&work);
+        // The first output asks for the screen; the bytes are not applied (the host's screen
+        // will hold them), and later output before the answer asks nothing more.
+        assert_eq!(c.output(&work, 1_500), vec![Effect::WantScreen]);
+        assert!(c.output(b"more", 1_510).is_empty());
+        assert!(c.wake().is_empty(), "already asked");
+        assert_eq!(c.status(), Status::Idle, "nothing read yet");
+        // Asked back for an attach, an unchanged screen stays for the window from then on.
+        let mut a = dormant_tui(1_000);
+        a.tick(1_000);
+        let same = a.last_contents.clone();
+        assert_eq!(a.wake(), vec![Effect::WantScreen]);
+        let mut h = vt100::Parser::new(nz(10, 10), nz(60, 60), 0);
+        h.process(b"\x1b[?2004h");
+        h.process(&frame(&["welcome", "> ", "? for shortcuts"]));
+        assert_eq!(h.screen().contents(), same);
+        assert!(a.screen_returned(h.screen().state_formatted().as_bytes(), 5_000).is_empty());
+        assert_eq!(a.next_deadline(), Some(6_000));
+        assert!(a.tick(5_999).is_empty());
+        assert_eq!(a.tick(6_000), vec![Effect::ScreenDropped]);
+        let fx = c.screen_returned(host.screen().state_formatted().as_bytes(), 1_520);
+        assert!(!c.is_dormant());
+        assert_eq!(statuses(&fx), vec![Status::Working]);
+        assert_eq!(c.screen_text(), host.screen().contents());
+        assert!(c.bracketed_paste());
+        // Live again: output is read as it comes, and the screen drops again once still.
+        let fx = c.output(&frame(&["> do it", "done", "> "]), 1_600);
+        assert!(fx.iter().all(|e| e != &Effect::WantScreen));
+        c.tick(1_700);
+        assert_eq!(c.status(), Status::Idle);
+        assert_eq!(c.next_deadline(), Some(2_600));
+        assert_eq!(c.tick(2_600), vec![Effect::ScreenDropped]);
+    }
+
+    #[test]
+    fn a_paste_in_flight_keeps_the_screen_until_its_turn_is_seen_or_reported() {
+        let mut c = dormant_tui(1_000);
+        c.paste(MsgId(4), "[fleet ticket t-4 from lead]\nx");
+        // Not yet written by the host, then written but no turn seen: the screen is needed.
+        assert!(!has(&c.tick(5_000), &Effect::ScreenDropped));
+        c.pasted(MsgId(4), 5_000);
+        assert!(!has(&c.tick(6_000), &Effect::ScreenDropped));
+        // The accept timeout (2 s) reports it; from then the still screen may go.
+        let fx = c.tick(7_000);
+        assert!(fx.iter().any(|e| matches!(e, Effect::NotStarted { .. })));
+        assert!(has(&fx, &Effect::ScreenDropped) || has(&c.tick(7_001), &Effect::ScreenDropped));
+        assert!(c.is_dormant());
+        // A turn seen on the screen ends the hold as well.
+        let mut c = dormant_tui(1_000);
+        c.paste(MsgId(5), "[fleet ticket t-5 from lead]\ny");
+        c.pasted(MsgId(5), 200);
+        c.output(&frame(&["> y", "", "* esc to interrupt"]), 300);
+        c.output(&frame(&["> y", "ok", "> "]), 400);
+        c.tick(500);
+        assert_eq!(c.status(), Status::Idle);
+        assert_eq!(c.tick(1_400), vec![Effect::ScreenDropped]);
+    }
+
+    #[test]
+    fn a_dormant_screen_takes_a_resize_and_comes_back_at_that_size() {
+        let mut c = dormant_tui(1_000);
+        c.tick(1_000);
+        c.resize(20, 80);
+        assert_eq!(c.size(), (20, 80));
+        let mut host = vt100::Parser::new(nz(20, 20), nz(80, 80), 0);
+        host.process(&frame(&["welcome", "> "]));
+        assert_eq!(c.wake(), vec![Effect::WantScreen]);
+        c.screen_returned(host.screen().state_formatted().as_bytes(), 1_100);
+        assert_eq!(c.size(), (20, 80));
+        assert_eq!(c.screen_text(), host.screen().contents());
+        // A live screen needs no waking.
+        assert!(c.wake().is_empty());
     }
 
     #[test]
@@ -1430,7 +1689,7 @@ mod tests {
     fn restore_primes_screen_from_snapshot() {
         let mut a = core(0);
         a.output(b"hello\r\nsim> ", 0);
-        let snap = a.screen_formatted();
+        let snap = a.screen_formatted().unwrap();
         let mut b = core(0);
         b.restore(&snap, Status::Idle, 5);
         assert_eq!(b.screen_text(), a.screen_text());
