@@ -3,7 +3,9 @@
 //! Owns the frame format (a big-endian u32 length, then a bincode 2 `standard()` payload) and
 //! its bounds: a frame longer than the caller's limit is refused before any allocation, and a
 //! payload that does not decode is an error, never a panic. Must never be bypassed: every
-//! binary wire (the PTY host link, the QUIC peer links' streams) goes through here.
+//! binary wire (the PTY host link, the QUIC peer links' streams) goes through here. The async
+//! `read_frame`/`write_frame` serve tokio streams; `encode_frame_into`/`decode_frame` serve a
+//! caller that does its own (non-blocking) I/O, like the PTY host's poll loop.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -47,22 +49,60 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     Ok(v)
 }
 
+/// Append one frame (length prefix, then payload) to `buf`; on an error `buf` is as it was.
+pub fn encode_frame_into<T: Serialize>(buf: &mut Vec<u8>, v: &T) -> Result<(), CodecError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    let encoded = bincode::serde::encode_into_std_write(v, buf, config());
+    let len = buf.len() - start - 4;
+    if let Err(e) = encoded {
+        buf.truncate(start);
+        return Err(CodecError::Encode(e.to_string()));
+    }
+    if len > MAX_FRAME {
+        buf.truncate(start);
+        return Err(CodecError::TooLarge {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    buf[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
+}
+
+/// One frame, length prefix included.
+pub fn encode_frame<T: Serialize>(v: &T) -> Result<Vec<u8>, CodecError> {
+    let mut buf = Vec::new();
+    encode_frame_into(&mut buf, v)?;
+    Ok(buf)
+}
+
+/// The frame at the start of `buf`, if it is all there: `Ok(Some((value, bytes used)))`, or
+/// `Ok(None)` when more bytes are needed. A length over `max` is refused as soon as the prefix
+/// is in, so a caller buffering toward a frame never holds more than `4 + max` bytes.
+pub fn decode_frame<T: DeserializeOwned>(
+    buf: &[u8],
+    max: usize,
+) -> Result<Option<(T, usize)>, CodecError> {
+    let Some(prefix) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(*prefix) as usize;
+    if len > max {
+        return Err(CodecError::TooLarge { len, max });
+    }
+    match buf.get(4..4 + len) {
+        Some(payload) => decode(payload).map(|v| Some((v, 4 + len))),
+        None => Ok(None),
+    }
+}
+
 /// Write one frame.
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     w: &mut W,
     v: &T,
 ) -> Result<(), CodecError> {
-    let payload = encode(v)?;
-    if payload.len() > MAX_FRAME {
-        return Err(CodecError::TooLarge {
-            len: payload.len(),
-            max: MAX_FRAME,
-        });
-    }
-    let mut buf = Vec::with_capacity(payload.len() + 4);
-    buf.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    buf.extend_from_slice(&payload);
-    w.write_all(&buf).await?;
+    w.write_all(&encode_frame(v)?).await?;
     Ok(())
 }
 
@@ -128,6 +168,42 @@ mod tests {
         ));
         drop(a);
         assert!(read_frame::<_, M>(&mut b, 1024).await.unwrap().is_none());
+    }
+
+    #[test]
+    fn sync_frames_round_trip_in_pieces_and_bounds_hold() {
+        let mut buf = vec![];
+        encode_frame_into(&mut buf, &M::A(vec![1, 2, 3])).unwrap();
+        let first = buf.len();
+        encode_frame_into(&mut buf, &M::B { x: 7, s: None }).unwrap();
+        // Byte by byte: nothing until the whole first frame is in.
+        for end in 0..first {
+            assert!(
+                decode_frame::<M>(&buf[..end], 1024).unwrap().is_none(),
+                "{end}"
+            );
+        }
+        let (a, used) = decode_frame::<M>(&buf, 1024).unwrap().unwrap();
+        assert_eq!((a, used), (M::A(vec![1, 2, 3]), first));
+        let (b, used) = decode_frame::<M>(&buf[first..], 1024).unwrap().unwrap();
+        assert_eq!((b, first + used), (M::B { x: 7, s: None }, buf.len()));
+        // The same bytes as the async writer's.
+        assert_eq!(
+            &buf[..first],
+            &encode_frame(&M::A(vec![1, 2, 3])).unwrap()[..]
+        );
+        // A hostile length is refused from its prefix alone.
+        assert!(matches!(
+            decode_frame::<M>(&u32::MAX.to_be_bytes(), 1024),
+            Err(CodecError::TooLarge { .. })
+        ));
+        // A frame over MAX_FRAME is not encoded, and the buffer is left as it was.
+        let before = buf.clone();
+        assert!(matches!(
+            encode_frame_into(&mut buf, &M::A(vec![0; MAX_FRAME + 1])),
+            Err(CodecError::TooLarge { .. })
+        ));
+        assert_eq!(buf, before);
     }
 
     #[test]

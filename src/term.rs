@@ -1,104 +1,36 @@
-//! Terminals: a small per-member PTY host process, and the daemon's backend that talks to it.
+//! Terminals: the daemon's backend for the small per-member PTY host processes.
 //!
 //! Each member's command runs in a PTY (portable-pty) held by a tiny host process,
 //! `fleetd-pty-host` (`src/bin/`; `fleetd pty-host` runs the same code when the small binary is
-//! not beside `fleetd`), which the member's slot actor launches and addresses over a Unix socket in the state dir. The host
+//! not beside `fleetd`), which the member's slot actor launches and addresses over a Unix
+//! socket in the state dir. The host itself is [`host`] (synchronous, no tokio: one runs per
+//! member); what the two sides exchange is [`wire`]; this file is the daemon's side. The host
 //! keeps a vt100 model of the screen, so a daemon that restarts (or a slot actor that is
 //! restarted by its supervisor) re-adopts the running agent with its screen intact instead of
 //! killing it. The host records the program's exit in a file so a daemon that was down when the
 //! program ended still learns how it ended. Owns PTYs, process groups and that socket protocol;
 //! must never interpret what an agent prints (the slot core does).
 
-use nix::sys::signal::Signal;
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::num::NonZeroU16;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use fleetd_actors::error::FleetError;
-use fleetd_actors::term::{
-    BoxFut, LaunchSpec, PASTES_REMEMBERED, TermBackend, TermEvent, TermHandle, TermInput,
-};
+use fleetd_actors::term::{BoxFut, LaunchSpec, TermBackend, TermEvent, TermHandle, TermInput};
 use fleetd_actors::types::MemberName;
-use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use crate::codec::{self, MAX_FRAME};
 
-/// Host -> daemon.
-#[derive(Debug, Serialize, Deserialize)]
-enum HostMsg {
-    Hello {
-        pid: u32,
-        host_pid: u32,
-        rows: u16,
-        cols: u16,
-        snapshot: Vec<u8>,
-        /// The paste ids taken, oldest first (at most `PASTES_REMEMBERED`).
-        pasted: Vec<u64>,
-    },
-    Output(Vec<u8>),
-    /// A paste and its Enter were written.
-    Pasted {
-        id: u64,
-    },
-    /// A paste could not be taken.
-    PasteRefused {
-        id: u64,
-        why: String,
-    },
-    Exited {
-        code: Option<i32>,
-        signal: Option<String>,
-    },
-    /// The screen, as asked for by `DaemonMsg::Screen`.
-    Screen(Vec<u8>),
-    /// `Hello` from a host that also takes `DaemonMsg::Screen` (a variant of its own, so a
-    /// daemon still tells an older host's `Hello` apart and never asks it for its screen).
-    Welcome {
-        pid: u32,
-        host_pid: u32,
-        rows: u16,
-        cols: u16,
-        snapshot: Vec<u8>,
-        pasted: Vec<u64>,
-    },
-}
+mod host;
+mod wire;
 
-/// Daemon -> host. New variants go at the end: an older host that reads one it does not know
-/// drops the connection.
-#[derive(Debug, Serialize, Deserialize)]
-enum DaemonMsg {
-    Input(Vec<u8>),
-    /// A paste and, `enter_delay_ms` later, its Enter; taken once per id.
-    Paste {
-        id: u64,
-        bytes: Vec<u8>,
-        enter_delay_ms: u64,
-    },
-    Resize {
-        rows: u16,
-        cols: u16,
-    },
-    Terminate {
-        grace_ms: u64,
-    },
-    Detach,
-    /// Send the screen as it is now (`HostMsg::Screen`).
-    Screen,
-}
-
-/// What the exit file records.
-#[derive(Debug, Serialize, Deserialize)]
-struct ExitRecord {
-    code: Option<i32>,
-    signal: Option<String>,
-}
+pub use host::{HostArgs, run_host};
+use wire::{DaemonMsg, ExitRecord, HostMsg};
 
 /// Paths of one member terminal's files.
 fn paths(term_dir: &Path, name: &MemberName, generation: u64) -> (PathBuf, PathBuf, PathBuf) {
@@ -112,432 +44,6 @@ fn paths(term_dir: &Path, name: &MemberName, generation: u64) -> (PathBuf, PathB
 
 /// Longest Unix socket path Linux accepts.
 const SUN_PATH_MAX: usize = 107;
-
-// ---- the host process ----------------------------------------------------------------
-
-/// Arguments of `fleetd pty-host`.
-#[derive(Debug, clap::Args)]
-pub struct HostArgs {
-    #[arg(long)]
-    pub socket: PathBuf,
-    #[arg(long)]
-    pub exit_file: PathBuf,
-    #[arg(long, default_value_t = 40)]
-    pub rows: u16,
-    #[arg(long, default_value_t = 120)]
-    pub cols: u16,
-    #[arg(long)]
-    pub cwd: Option<PathBuf>,
-    /// Variables to remove from the program's environment.
-    #[arg(long = "unset")]
-    pub unset: Vec<String>,
-    /// The file mode mask the program runs with (the daemon's own is 0o077).
-    #[arg(long)]
-    pub umask: Option<u32>,
-    #[arg(last = true, required = true)]
-    pub argv: Vec<String>,
-}
-
-impl HostArgs {
-    /// The same arguments read without clap, for `fleetd-pty-host` (whose footprint is
-    /// multiplied by the fleet: clap's parser is most of a small binary's touched pages). Takes
-    /// exactly what the daemon passes: `--socket P --exit-file P [--rows N] [--cols N] [--cwd P]
-    /// [--unset VAR]... [--umask N] -- PROGRAM [ARG]...` (also `--flag=value`).
-    pub fn parse_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Self, String> {
-        let mut it = args.into_iter();
-        let (mut socket, mut exit_file, mut cwd, mut umask) = (None, None, None, None);
-        let (mut rows, mut cols, mut unset) = (40u16, 120u16, vec![]);
-        let mut argv = vec![];
-        while let Some(a) = it.next() {
-            let a = a
-                .into_string()
-                .map_err(|a| format!("an argument is not UTF-8: {a:?}"))?;
-            if a == "--" {
-                for p in it.by_ref() {
-                    argv.push(
-                        p.into_string()
-                            .map_err(|p| format!("a program argument is not UTF-8: {p:?}"))?,
-                    );
-                }
-                break;
-            }
-            let (flag, inline) = match a.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-                _ => (a.clone(), None),
-            };
-            let mut value = || -> Result<String, String> {
-                match &inline {
-                    Some(v) => Ok(v.clone()),
-                    None => it
-                        .next()
-                        .and_then(|v| v.into_string().ok())
-                        .ok_or_else(|| format!("{flag} needs a value")),
-                }
-            };
-            let number = |v: String| -> Result<u32, String> {
-                v.parse()
-                    .map_err(|_| format!("{flag} takes a number, not {v:?}"))
-            };
-            match flag.as_str() {
-                "--socket" => socket = Some(PathBuf::from(value()?)),
-                "--exit-file" => exit_file = Some(PathBuf::from(value()?)),
-                "--rows" => rows = number(value()?)?.min(u16::MAX as u32) as u16,
-                "--cols" => cols = number(value()?)?.min(u16::MAX as u32) as u16,
-                "--cwd" => cwd = Some(PathBuf::from(value()?)),
-                "--unset" => unset.push(value()?),
-                "--umask" => umask = Some(number(value()?)?),
-                other => {
-                    return Err(format!(
-                        "unknown argument {other:?}; the host takes --socket, --exit-file, --rows, --cols, --cwd, --unset, --umask, then -- and the program"
-                    ));
-                }
-            }
-        }
-        if argv.is_empty() {
-            return Err("no program: give it after --".into());
-        }
-        Ok(HostArgs {
-            socket: socket.ok_or("--socket is required")?,
-            exit_file: exit_file.ok_or("--exit-file is required")?,
-            rows,
-            cols,
-            cwd,
-            unset,
-            umask,
-            argv,
-        })
-    }
-}
-
-fn nz(v: u16) -> NonZeroU16 {
-    NonZeroU16::new(v).unwrap_or(NonZeroU16::MIN)
-}
-
-/// How long a host whose program exited waits for the daemon that launched it to connect
-/// for the first time (the program ran and ended before the daemon's connection was taken).
-const FIRST_CONNECTION_WAIT: Duration = Duration::from_secs(10);
-
-/// Run the PTY host until its program exits. Prints `ready PID` on stdout once the socket is
-/// bound and the program runs.
-pub fn run_host(args: HostArgs) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(host_main(args))
-}
-
-enum HostEvent {
-    Output(Vec<u8>),
-    Eof,
-}
-
-async fn host_main(mut args: HostArgs) -> anyhow::Result<()> {
-    (args.rows, args.cols) = fleetd_actors::term::clamp_size(args.rows, args.cols);
-    let _ = std::fs::remove_file(&args.socket);
-    let listener = UnixListener::bind(&args.socket)?;
-    let pty = native_pty_system();
-    let pair = pty
-        .openpty(PtySize {
-            rows: args.rows,
-            cols: args.cols,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .map_err(|e| anyhow::anyhow!("openpty: {e}"))?;
-    let mut cmd = CommandBuilder::from_argv(args.argv.iter().map(Into::into).collect());
-    for k in &args.unset {
-        cmd.env_remove(k);
-    }
-    if let Some(d) = &args.cwd {
-        // portable-pty quietly starts the program in $HOME when the directory is missing.
-        if !d.is_dir() {
-            anyhow::bail!(
-                "the working directory {} is not a directory that exists",
-                d.display()
-            );
-        }
-        cmd.cwd(d);
-    }
-    if let Some(m) = args.umask {
-        // The program inherits it.
-        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate((m & 0o777) as _));
-    }
-    let mut child = pair
-        .slave
-        .spawn_command(cmd)
-        .map_err(|e| anyhow::anyhow!("spawn {:?}: {e}", args.argv))?;
-    drop(pair.slave);
-    let pid = child.process_id().unwrap_or(0);
-    let master = pair.master;
-    let mut reader = master
-        .try_clone_reader()
-        .map_err(|e| anyhow::anyhow!("pty reader: {e}"))?;
-    let mut writer = master
-        .take_writer()
-        .map_err(|e| anyhow::anyhow!("pty writer: {e}"))?;
-
-    // Reader thread: PTY output -> main loop (bounded).
-    let (out_tx, mut out_rx) = mpsc::channel::<HostEvent>(64);
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match reader.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    let _ = out_tx.blocking_send(HostEvent::Eof);
-                    break;
-                }
-                Ok(n) => {
-                    if out_tx
-                        .blocking_send(HostEvent::Output(buf[..n].to_vec()))
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    // Writer thread: input -> PTY (PTY writes may block while the program is not reading).
-    let (in_tx, in_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(256);
-    std::thread::spawn(move || {
-        while let Ok(b) = in_rx.recv() {
-            if writer.write_all(&b).and_then(|_| writer.flush()).is_err() {
-                break;
-            }
-        }
-    });
-    // The program's exit: looked for at each SIGCHLD (no thread waits for it). The handler is
-    // in place before the first look, so an exit that came before it is still seen.
-    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
-    let exit_record = |st: portable_pty::ExitStatus| match st.signal() {
-        Some(sig) => ExitRecord {
-            code: None,
-            signal: Some(sig.to_string()),
-        },
-        None => ExitRecord {
-            code: Some(st.exit_code() as i32),
-            signal: None,
-        },
-    };
-    let mut exited = child.try_wait().ok().flatten().map(exit_record);
-
-    println!("ready {pid}");
-    // stdout is a pipe to the daemon that launched us; it is done with it now.
-    let _ = std::io::stdout().flush();
-    if let Ok(devnull) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdout(&devnull);
-    }
-
-    let mut parser = vt100::Parser::new(nz(args.rows), nz(args.cols), 0);
-    let mut conn: Option<(
-        tokio::net::unix::OwnedReadHalf,
-        tokio::net::unix::OwnedWriteHalf,
-    )> = None;
-    let mut exit: Option<ExitRecord> = exited.take();
-    let mut eof = false;
-    let mut term_deadline: Option<tokio::time::Instant> = None;
-    let host_pid = std::process::id();
-    // Pastes taken (their ids, oldest first) and the Enters still due (when, id).
-    let mut pasted: std::collections::VecDeque<u64> = Default::default();
-    let mut enters: std::collections::VecDeque<(tokio::time::Instant, u64)> = Default::default();
-    // Whether any daemon has connected since this host started.
-    let mut greeted = false;
-    let hello = |parser: &vt100::Parser, pasted: &std::collections::VecDeque<u64>| {
-        let (rows, cols) = parser.screen().size();
-        HostMsg::Welcome {
-            pid,
-            host_pid,
-            rows: rows.get(),
-            cols: cols.get(),
-            snapshot: parser.screen().state_formatted().into_bytes(),
-            pasted: pasted.iter().copied().collect(),
-        }
-    };
-
-    loop {
-        // After the program exits, give its output a moment to drain, then finish.
-        if let Some(rec) = &exit
-            && eof
-        {
-            let _ = write_exit_file(&args.exit_file, rec);
-            if conn.is_none() && !greeted {
-                // The daemon that launched us has not connected yet (a program that exits at
-                // once): wait for it, bounded, so it hears the exit and sees the output from us
-                // instead of finding the socket gone or reset.
-                if let Ok(Ok((stream, _))) =
-                    tokio::time::timeout(FIRST_CONNECTION_WAIT, listener.accept()).await
-                {
-                    let (r, mut w) = stream.into_split();
-                    if codec::write_frame(&mut w, &hello(&parser, &pasted))
-                        .await
-                        .is_ok()
-                    {
-                        conn = Some((r, w));
-                    }
-                }
-            }
-            if let Some((_, w)) = conn.as_mut() {
-                let _ = codec::write_frame(
-                    w,
-                    &HostMsg::Exited {
-                        code: rec.code,
-                        signal: rec.signal.clone(),
-                    },
-                )
-                .await;
-            }
-            let _ = std::fs::remove_file(&args.socket);
-            return Ok(());
-        }
-        let drain_timer = async {
-            if exit.is_some() {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        let kill_timer = async {
-            match term_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        let enter_timer = async {
-            match enters.front() {
-                Some((d, _)) => tokio::time::sleep_until(*d).await,
-                None => std::future::pending::<()>().await,
-            }
-        };
-        let read_conn = async {
-            match conn.as_mut() {
-                Some((r, _)) => codec::read_frame::<_, DaemonMsg>(r, MAX_FRAME).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            ev = out_rx.recv(), if !eof => match ev {
-                Some(HostEvent::Output(b)) => {
-                    parser.process(&b);
-                    if let Some((_, w)) = conn.as_mut()
-                        && codec::write_frame(w, &HostMsg::Output(b)).await.is_err()
-                    {
-                        conn = None;
-                    }
-                }
-                Some(HostEvent::Eof) | None => eof = true,
-            },
-            _ = sigchld.recv(), if exit.is_none() => {
-                match child.try_wait() {
-                    Ok(Some(st)) => exit = Some(exit_record(st)),
-                    Ok(None) => {}
-                    // The program cannot be waited for any more: it is gone, how is unknown.
-                    Err(_) => exit = Some(ExitRecord { code: None, signal: None }),
-                }
-            }
-            _ = drain_timer => eof = true,
-            _ = enter_timer => {
-                if let Some((_, id)) = enters.pop_front() {
-                    // The paste was taken; its Enter goes the same way (the writer thread keeps
-                    // the order). A full input queue loses the Enter: say so.
-                    let msg = match in_tx.try_send(b"\r".to_vec()) {
-                        Ok(()) => HostMsg::Pasted { id },
-                        Err(_) => HostMsg::PasteRefused {
-                            id,
-                            why: "its Enter could not be written: the program is not reading its input".into(),
-                        },
-                    };
-                    if let Some((_, w)) = conn.as_mut()
-                        && codec::write_frame(w, &msg).await.is_err()
-                    {
-                        conn = None;
-                    }
-                }
-            }
-            _ = kill_timer => {
-                term_deadline = None;
-                signal_group(pid, Signal::SIGKILL);
-            }
-            acc = listener.accept() => {
-                if let Ok((stream, _)) = acc {
-                    greeted = true;
-                    let (r, mut w) = stream.into_split();
-                    if codec::write_frame(&mut w, &hello(&parser, &pasted)).await.is_ok() {
-                        // A new daemon connection replaces the old one.
-                        conn = Some((r, w));
-                    }
-                }
-            }
-            msg = read_conn => match msg {
-                Ok(Some(DaemonMsg::Input(b))) => {
-                    if in_tx.try_send(b).is_err() {
-                        eprintln!("pty-host: input dropped: the program is not reading its input");
-                    }
-                }
-                Ok(Some(DaemonMsg::Paste { id, bytes, enter_delay_ms })) => {
-                    if pasted.contains(&id) {
-                        // Taken before (a daemon that restarted sent it again): never twice.
-                        // Its Enter is done, or still due and will be acknowledged then.
-                        if !enters.iter().any(|(_, e)| *e == id)
-                            && let Some((_, w)) = conn.as_mut()
-                            && codec::write_frame(w, &HostMsg::Pasted { id }).await.is_err()
-                        {
-                            conn = None;
-                        }
-                    } else if in_tx.try_send(bytes).is_ok() {
-                        pasted.push_back(id);
-                        if pasted.len() > PASTES_REMEMBERED {
-                            pasted.pop_front();
-                        }
-                        let at = tokio::time::Instant::now() + Duration::from_millis(enter_delay_ms);
-                        enters.push_back((at, id));
-                    } else if let Some((_, w)) = conn.as_mut() {
-                        let refused = HostMsg::PasteRefused {
-                            id,
-                            why: "the program is not reading its input (its input queue is full)".into(),
-                        };
-                        if codec::write_frame(w, &refused).await.is_err() {
-                            conn = None;
-                        }
-                    }
-                }
-                Ok(Some(DaemonMsg::Resize { rows, cols })) => {
-                    let (rows, cols) = fleetd_actors::term::clamp_size(rows, cols);
-                    let _ = master.resize(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 });
-                    parser.screen_mut().set_size(nz(rows), nz(cols));
-                }
-                Ok(Some(DaemonMsg::Terminate { grace_ms })) => {
-                    signal_group(pid, Signal::SIGHUP);
-                    signal_group(pid, Signal::SIGTERM);
-                    term_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(grace_ms));
-                }
-                Ok(Some(DaemonMsg::Screen)) => {
-                    let screen = HostMsg::Screen(parser.screen().state_formatted().into_bytes());
-                    if let Some((_, w)) = conn.as_mut()
-                        && codec::write_frame(w, &screen).await.is_err()
-                    {
-                        conn = None;
-                    }
-                }
-                Ok(Some(DaemonMsg::Detach)) | Ok(None) | Err(_) => conn = None,
-            },
-        }
-    }
-}
-
-/// Signals the program's process group (the PTY made the program a session and group leader),
-/// so what it started goes too. A pid of 0 (never started) signals nothing.
-fn signal_group(pid: u32, sig: Signal) {
-    if let Ok(p) = i32::try_from(pid)
-        && p > 0
-    {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), sig);
-    }
-}
-
-fn write_exit_file(path: &Path, rec: &ExitRecord) -> std::io::Result<()> {
-    let json = serde_json::to_vec(rec).unwrap_or_default();
-    fleetd_actors::files::write_private(path, &json)
-}
 
 // ---- the daemon's side ---------------------------------------------------------------
 
@@ -835,10 +341,9 @@ impl TermBackend for HostBackend {
                 // A host nobody owns (a spawn that crashed before it was recorded): stop it.
                 if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&p) {
                     let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
-                    if let Ok(frame) = codec::encode(&DaemonMsg::Terminate { grace_ms: 500 }) {
-                        let mut buf = (frame.len() as u32).to_be_bytes().to_vec();
-                        buf.extend_from_slice(&frame);
-                        let _ = s.write_all(&buf);
+                    if let Ok(frame) = codec::encode_frame(&DaemonMsg::Terminate { grace_ms: 500 })
+                    {
+                        let _ = s.write_all(&frame);
                     }
                     tracing::warn!(socket = %p.display(), "stopped an orphaned PTY host");
                 } else {
@@ -869,13 +374,6 @@ pub fn user_umask() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct WithClap {
-        #[command(flatten)]
-        host: HostArgs,
-    }
 
     /// The daemon runs the small host when it sits beside `fleetd`, and `fleetd pty-host`
     /// otherwise (a `cargo run` builds only `fleetd`).
@@ -890,84 +388,62 @@ mod tests {
         assert_eq!(host_program(&exe), (small, vec![]));
     }
 
-    /// `fleetd-pty-host` reads its arguments without clap; it must read what `fleetd pty-host`
-    /// reads, and refuse what clap refuses.
-    #[test]
-    fn the_small_hosts_parser_reads_what_clap_reads() {
-        let cases: &[&[&str]] = &[
-            &["--socket", "/s", "--exit-file", "/e", "--", "cat"],
-            &[
-                "--socket",
-                "/s",
-                "--exit-file",
-                "/e",
-                "--rows",
-                "10",
-                "--cols",
-                "80",
-                "--unset",
-                "A",
-                "--unset",
-                "B",
-                "--umask",
-                "18",
-                "--cwd",
-                "/w",
-                "--",
-                "sh",
-                "-c",
-                "echo --rows 5",
-            ],
-            &[
-                "--socket=/s",
-                "--exit-file=/e",
-                "--rows=3",
-                "--",
-                "x",
-                "--",
-                "y",
-            ],
-        ];
-        for c in cases {
-            let clap = WithClap::try_parse_from(std::iter::once("h").chain(c.iter().copied()))
-                .expect("clap reads it")
-                .host;
-            let ours = HostArgs::parse_from(c.iter().map(|s| s.into())).expect("we read it");
-            assert_eq!(format!("{ours:?}"), format!("{clap:?}"), "{c:?}");
-        }
-        let refused: &[&[&str]] = &[
-            &["--socket", "/s", "--exit-file", "/e"],
-            &["--socket", "/s", "--", "cat"],
-            &[
-                "--socket",
-                "/s",
-                "--exit-file",
-                "/e",
-                "--rows",
-                "many",
-                "--",
-                "cat",
-            ],
-            &[
-                "--socket",
-                "/s",
-                "--exit-file",
-                "/e",
-                "--bogus",
-                "--",
-                "cat",
-            ],
-            &["--socket"],
-        ];
-        for c in refused {
-            assert!(
-                WithClap::try_parse_from(std::iter::once("h").chain(c.iter().copied())).is_err(),
-                "clap refuses {c:?}"
-            );
-            assert!(
-                HostArgs::parse_from(c.iter().map(|s| s.into())).is_err(),
-                "we refuse {c:?}"
-            );
+    /// A host from before screen requests greets with `Hello`: its handle says it cannot hand
+    /// its screen back (so its slot keeps the screen). One that greets with `Welcome` can, and
+    /// answers `Screen` in order after the output it sent before.
+    #[tokio::test]
+    async fn only_a_host_that_says_welcome_is_asked_for_its_screen() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = HostBackend::new(dir.path(), dir.path().join("fleetd")).unwrap();
+        let name = MemberName::new("w1").unwrap();
+        for (generation, welcome) in [(1u64, false), (2, true)] {
+            let (sock, _, _) = paths(&backend.term_dir, &name, generation);
+            let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+            let host = tokio::spawn(async move {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let (pid, host_pid, rows, cols, snapshot, pasted) = (7, 8, 40, 120, vec![], vec![]);
+                let greeting = if welcome {
+                    HostMsg::Welcome {
+                        pid,
+                        host_pid,
+                        rows,
+                        cols,
+                        snapshot,
+                        pasted,
+                    }
+                } else {
+                    HostMsg::Hello {
+                        pid,
+                        host_pid,
+                        rows,
+                        cols,
+                        snapshot,
+                        pasted,
+                    }
+                };
+                codec::write_frame(&mut s, &greeting).await.unwrap();
+                codec::write_frame(&mut s, &HostMsg::Output(b"before".to_vec()))
+                    .await
+                    .unwrap();
+                if welcome {
+                    let asked = codec::read_frame::<_, DaemonMsg>(&mut s, MAX_FRAME).await;
+                    assert!(matches!(asked, Ok(Some(DaemonMsg::Screen))), "{asked:?}");
+                    codec::write_frame(&mut s, &HostMsg::Screen(b"the screen".to_vec()))
+                        .await
+                        .unwrap();
+                }
+            });
+            let mut h = backend.connect_inner(&name, generation).await.unwrap();
+            assert_eq!(h.screen_on_request, welcome);
+            assert_eq!(h.pid, 7);
+            let first = h.events.recv().await;
+            assert!(matches!(&first, Some(TermEvent::Output(b)) if b == b"before"));
+            if welcome {
+                h.input.send(TermInput::Screen).await.unwrap();
+                let screen = h.events.recv().await;
+                assert!(matches!(&screen, Some(TermEvent::Screen(b)) if b == b"the screen"));
+            }
+            host.await.unwrap();
         }
     }
 }

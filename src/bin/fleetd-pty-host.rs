@@ -1,8 +1,9 @@
 //! `fleetd-pty-host`: one member's PTY host as a small program of its own (the same code as
-//! `fleetd pty-host`, see `fleetd::term`). A fleet runs one per member, so its footprint is
+//! `fleetd pty-host`, see `fleetd::term::host`). A fleet runs one per member, so its footprint is
 //! multiplied by the fleet: this binary links only the host (no HTTP, MCP, QUIC, CLI or
-//! daemon, and no clap: its arguments are the daemon's, read by `HostArgs::parse_from`), which
-//! keeps its private memory small and its pages shared between hosts. The daemon starts it when
+//! daemon, no tokio: the host is one `poll(2)` loop, and no clap: its arguments are the
+//! daemon's, read by `HostArgs::parse_from`), which keeps its private memory small and its pages
+//! shared between hosts. The daemon starts it when
 //! it sits beside the `fleetd` binary, and falls back to `fleetd pty-host`.
 
 #![forbid(unsafe_code)]

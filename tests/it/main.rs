@@ -21,5 +21,6 @@ mod mcp;
 mod mockmodel;
 mod netns;
 mod note;
+mod ptyhost;
 mod supervision;
 mod witness;

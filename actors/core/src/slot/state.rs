@@ -1128,7 +1128,10 @@ mod tests {
         h.process(b"\x1b[?2004h");
         h.process(&frame(&["welcome", "> ", "? for shortcuts"]));
         assert_eq!(h.screen().contents(), same);
-        assert!(a.screen_returned(h.screen().state_formatted().as_bytes(), 5_000).is_empty());
+        assert!(
+            a.screen_returned(h.screen().state_formatted().as_bytes(), 5_000)
+                .is_empty()
+        );
         assert_eq!(a.next_deadline(), Some(6_000));
         assert!(a.tick(5_999).is_empty());
         assert_eq!(a.tick(6_000), vec![Effect::ScreenDropped]);
