@@ -349,6 +349,9 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<serde_json::Value> {
     tokio::time::sleep(Duration::from_secs(a.idle_secs)).await;
     let idle_cpu =
         (cpu_ticks(pid) - ticks0) as f64 / 100.0 / idle_window.elapsed().as_secs_f64() * 100.0;
+    // The same fleet after the window: an idle member's steady cost (its screen dropped after
+    // `lifecycle.screen_dormant_seconds`, when the window is longer than that).
+    stages.push(stage("idle", pid, &client, n).await?);
 
     // Event-stream readers.
     let readers = Readers::open(&client, a.sse).await?;
@@ -396,6 +399,8 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<serde_json::Value> {
     let per_member_kb =
         |s: &Stage| (s.rss_kb.saturating_sub(base.rss_kb)) as f64 / a.members as f64;
     let members_stage = stages[1].clone();
+    let idle_stage = stages[2].clone();
+    let dormant_after = cfg.lifecycle.screen_dormant_seconds;
     let doc = json!({
         "members": a.members, "sse_clients": a.sse, "queued": a.queued,
         "stages": stages.iter().map(|s| json!({
@@ -406,7 +411,9 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<serde_json::Value> {
         "spawn_secs": spawn_time.as_secs_f64(),
         "spawn_secs_per_hundred": marks.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>(),
         "all_idle_secs": all_idle.as_secs_f64(),
-        "daemon_kb_per_member": per_member_kb(&members_stage),
+        "daemon_kb_per_member": per_member_kb(&idle_stage),
+        "daemon_kb_per_member_just_idle": per_member_kb(&members_stage),
+        "screen_dormant_seconds": dormant_after,
         "pty_hosts": hosts.len(), "pty_host_rss_kb_mean": host_rss as f64 / hosts.len().max(1) as f64,
         "pty_host_pss_kb_mean": host_pss as f64 / hosts.len().max(1) as f64,
         "idle_cpu_percent_of_one_core": idle_cpu, "idle_secs": a.idle_secs,
@@ -453,8 +460,11 @@ pub async fn run(args: &super::BenchArgs) -> anyhow::Result<serde_json::Value> {
         all_idle.as_secs_f64()
     );
     println!(
-        "daemon memory per member: {:.0} KiB RSS (members stage - empty stage, / members)",
-        per_member_kb(&members_stage)
+        "daemon memory per member: {:.0} KiB RSS once all are idle (members stage - empty stage, / members); {:.0} KiB after {} s idle (idle stage; screens are dropped after {} s still)",
+        per_member_kb(&members_stage),
+        per_member_kb(&idle_stage),
+        a.idle_secs,
+        dormant_after
     );
     println!(
         "PTY hosts: {} processes, mean RSS {:.0} KiB, mean PSS {:.0} KiB",

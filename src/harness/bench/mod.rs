@@ -1296,7 +1296,7 @@ async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
         ),
         target(
             "daemon_kb_per_member",
-            "daemon RSS per idle member, KiB",
+            "daemon RSS per idle member (after the idle window), KiB",
             f(&load["daemon_kb_per_member"]),
             "<=",
             50.0,
