@@ -196,6 +196,12 @@ async fn mail_is_delivered_once_in_order_across_a_killed_receiver_and_a_killed_s
     }
     let p: Value = da.client.get("/peers").await.unwrap();
     assert_eq!(p["mail"]["outbox"]["beta"], 0, "{p}");
+    // Marked transmitted and dropped from the outbox in one commit: a kill right after the
+    // ticket says so leaves nothing to send again.
+    da.kill9();
+    da.boot().await;
+    let p: Value = da.client.get("/peers").await.unwrap();
+    assert_eq!(p["mail"]["outbox"]["beta"], 0, "{p}");
 }
 
 /// Two daemons in this process: `a`'s primary sends 100 messages to `lead@b`, 32 calls at a

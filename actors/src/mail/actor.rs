@@ -188,9 +188,9 @@ impl MailState {
                     // The outbox view first, so whoever sees the tickets change (their events)
                     // sees the outbox without them.
                     self.publish();
-                    // Mark the mail among them transmitted (durably, by the desk, in one
-                    // commit), then forget them; a crash in between sends them again, and the
-                    // peer drops them as duplicates.
+                    // Mark the mail among them transmitted and forget them, in one commit (the
+                    // desk's: it owns the tickets). Reports alone need no ticket change: the
+                    // outbox forgets them in a commit of its own.
                     let updates: Vec<(TicketId, RemoteUpdate)> = done
                         .iter()
                         .filter_map(|e| match &e.item {
@@ -198,19 +198,31 @@ impl MailState {
                             Item::Update { .. } => None,
                         })
                         .collect();
+                    let mut forgotten = false;
                     if !updates.is_empty()
                         && let Ok(desk) = self.desk()
                     {
-                        let _ = desk
-                            .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
-                            .await;
+                        let outbox_done = Some((peer.clone(), upto));
+                        forgotten = desk
+                            .call(
+                                |reply| DeskMsg::Remote {
+                                    updates,
+                                    outbox_done,
+                                    reply,
+                                },
+                                CALL,
+                            )
+                            .await
+                            .is_ok_and(|r| r.is_ok());
                     }
-                    let b = Batch {
-                        mail_out_done: vec![(peer.clone(), upto)],
-                        ..Default::default()
-                    };
-                    if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
-                        tracing::warn!(%peer, error = %e, "could not drop delivered mail from the outbox; it will be sent again and dropped there as a duplicate");
+                    if !forgotten {
+                        let b = Batch {
+                            mail_out_done: vec![(peer.clone(), upto)],
+                            ..Default::default()
+                        };
+                        if let Err(e) = self.ctx.store.run(move |s| s.commit(&b)).await {
+                            tracing::warn!(%peer, error = %e, "could not drop delivered mail from the outbox; it will be sent again and dropped there as a duplicate");
+                        }
                     }
                 }
                 // `rearm` after each message arms the earliest of these and the next sweep.
@@ -430,7 +442,14 @@ impl MailState {
         let applied = updates.is_empty()
             || match self.desk() {
                 Ok(desk) => desk
-                    .call(|reply| DeskMsg::Remote { updates, reply }, CALL)
+                    .call(
+                        |reply| DeskMsg::Remote {
+                            updates,
+                            outbox_done: None,
+                            reply,
+                        },
+                        CALL,
+                    )
                     .await
                     .and_then(|r| r)
                     .is_ok(),

@@ -40,6 +40,9 @@ pub enum DeskMsg {
     /// The receiving host reported on tickets this host sent it (committed together).
     Remote {
         updates: Vec<(TicketId, RemoteUpdate)>,
+        /// The outbox's mail to a peer up to a sequence number, which these updates say was
+        /// transmitted: dropped in the same commit.
+        outbox_done: Option<(String, u64)>,
         reply: RpcReplyPort<Result<(), FleetError>>,
     },
     /// The ticket opened for a message received from `origin`, if any.
@@ -125,7 +128,12 @@ const UNDELIVERABLE_CHUNK: usize = 256;
 
 impl DeskState {
     async fn perform(&mut self, fx: Vec<Effect>) -> Result<(), FleetError> {
-        let mut batch = Batch::default();
+        self.perform_with(fx, Batch::default()).await
+    }
+
+    /// [`Self::perform`], committing `batch` (another owner's writes that must land with
+    /// these tickets) in the same transaction.
+    async fn perform_with(&mut self, fx: Vec<Effect>, mut batch: Batch) -> Result<(), FleetError> {
         let mut wakes = vec![];
         for e in fx {
             match e {
@@ -272,12 +280,20 @@ impl Actor for DeskActor {
                 let _ = reply.send(r);
             }
             DeskMsg::Known { ticket } => st.core.adopt(*ticket),
-            DeskMsg::Remote { updates, reply } => {
+            DeskMsg::Remote {
+                updates,
+                outbox_done,
+                reply,
+            } => {
                 let fx = updates
                     .into_iter()
                     .flat_map(|(t, u)| st.core.remote_update(t, u, now))
                     .collect();
-                let r = st.perform(fx).await;
+                let batch = Batch {
+                    mail_out_done: outbox_done.into_iter().collect(),
+                    ..Default::default()
+                };
+                let r = st.perform_with(fx, batch).await;
                 let _ = reply.send(r);
             }
             DeskMsg::ByOrigin { origin, reply } => {
