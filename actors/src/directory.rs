@@ -179,6 +179,11 @@ impl Directory {
         get: impl Fn(&Self) -> Option<X>,
         timeout: Duration,
     ) -> Option<X> {
+        // Almost always there: no waiter registered, no clock read (a hot path: every ledger
+        // append finds the writer this way).
+        if let Some(v) = get(self) {
+            return Some(v);
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.changed.notified();

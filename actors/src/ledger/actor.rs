@@ -1,19 +1,23 @@
 //! The ledger writer: the one actor that appends to `<state-dir>/ledger.jsonl`.
 //!
-//! Group commit: every `Append` waiting in the mailbox when a `Flush` runs goes out in one write
-//! and one `fdatasync`, and nobody is answered before that returns. Checkpoints (signed with the
-//! host key) are written after the entries they cover are synced, never before. At start the
-//! writer recovers the file: a torn final line (a crash mid-append) is reported and truncated to
-//! the last whole line; the file is verified; checkpoints a crash kept from being written are
-//! written; the decisions are replayed into the board. The writer owns the board (every
-//! decision as the ledger holds it, published for status and list) and hands out decision ids
-//! from it: each synced entry is applied to it before its caller is answered. A ledger that fails verification is
-//! not appended to (decisions are refused, naming the bad line); the rest of the daemon runs.
-//! Must never rewrite or reorder a line.
+//! Pipelined group commit: the actor encodes each `Append` (hash chain, canonical line) as it
+//! arrives and hands the line to its disk thread (`writer.rs`), which writes and `fdatasync`s
+//! everything handed over while the previous write was in flight, as soon as that write returns:
+//! one write in flight at a time, so lines reach the file in the order they were encoded. Nobody
+//! is answered before the sync of the write holding their entry returned (the thread reports
+//! `Synced`). Checkpoints (signed with the host key) are signed after the entries they cover are
+//! synced and written first in the next write, never before. A failed write breaks the ledger:
+//! its callers, and every entry encoded after it, are refused, and nothing more is written. At
+//! start the writer recovers the file: a torn final line (a crash mid-append) is reported and
+//! truncated to the last whole line; the file is verified; checkpoints a crash kept from being
+//! written are written; the decisions are replayed into the board. The writer owns the board
+//! (every decision as the ledger holds it, published for status and list) and hands out decision
+//! ids from it: each synced entry is applied to it before its caller is answered. A ledger that
+//! fails verification is not appended to (decisions are refused, naming the bad line); the rest
+//! of the daemon runs. Must never rewrite or reorder a line.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
@@ -22,7 +26,9 @@ use crate::ctx::SharedCtx;
 use crate::decision::state::{Board, DecisionEvent, Refused};
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
+use crate::ledger::commit::Waiting;
 use crate::ledger::state::{Author, Entry, LedgerCore, SyncTimes, entries, resume, verify};
+use crate::ledger::writer::{Report, Writer};
 use crate::publish::Publisher;
 use crate::types::DecisionId;
 
@@ -35,7 +41,8 @@ pub enum LedgerMsg {
         event: DecisionEvent,
         reply: RpcReplyPort<Result<Entry, FleetError>>,
     },
-    Flush,
+    /// From the disk thread: a write is synced, or failed.
+    Written(Report),
     Status {
         reply: RpcReplyPort<LedgerStatus>,
     },
@@ -83,20 +90,19 @@ pub struct LedgerArgs {
 
 pub struct LedgerWriter;
 
-/// An appended entry waiting for the next sync: the entry, its line, and who to answer.
-type Pending = (Entry, String, RpcReplyPort<Result<Entry, FleetError>>);
+/// A caller waiting for its entry's sync: the entry, and who to answer.
+type Caller = (Entry, RpcReplyPort<Result<Entry, FleetError>>);
 
 pub struct LedgerState {
     ctx: SharedCtx,
     decisions: Publisher<Board>,
     path: PathBuf,
     core: Option<LedgerCore>,
-    file: Arc<Mutex<Option<std::fs::File>>>,
+    /// The disk thread (none if the ledger could not be opened).
+    writer: Option<Writer>,
     broken: Option<String>,
-    pending: Vec<Pending>,
-    flush_queued: bool,
-    /// Signed checkpoints of synced entries, to be written first in the next write.
-    unwritten_checkpoints: Vec<String>,
+    /// Callers of encoded entries, until the write holding theirs is synced.
+    waiting: Waiting<Caller>,
     syncs: SyncTimes,
 }
 
@@ -271,25 +277,28 @@ fn open_ledger(
 }
 
 impl LedgerState {
-    /// Queue an entry for the next group commit (or refuse it: the ledger is broken).
+    /// Encode an entry and hand it to the disk thread (or refuse it: the ledger is broken).
     fn append(
         &mut self,
-        myself: &ActorRef<LedgerMsg>,
         author: Author,
         event: DecisionEvent,
         reply: RpcReplyPort<Result<Entry, FleetError>>,
     ) {
         let now = self.ctx.now();
-        match (&self.broken, self.core.as_mut()) {
-            (None, Some(core)) => {
+        match (&self.broken, self.core.as_mut(), self.writer.as_ref()) {
+            (None, Some(core), Some(writer)) => {
                 let (entry, line) = core.append(author, event, now);
-                self.pending.push((entry, line, reply));
-                if !self.flush_queued {
-                    self.flush_queued = true;
-                    let _ = myself.cast(LedgerMsg::Flush);
+                if writer.push(entry.seq, &line, core.due.drain(..)) {
+                    self.waiting.push(entry.seq, (entry, reply));
+                } else {
+                    // A write failed; its report is on its way: refuse as it will.
+                    let _ = reply.send(Err(FleetError::unavailable(
+                        "the decision ledger",
+                        "a write to it failed",
+                    )));
                 }
             }
-            (why, _) => {
+            (why, _, _) => {
                 let why = why
                     .clone()
                     .unwrap_or_else(|| "the ledger is not open".into());
@@ -298,74 +307,41 @@ impl LedgerState {
         }
     }
 
-    /// Write and sync everything waiting: first the checkpoints of the last synced batch, then
-    /// the new entries; answer the entries' callers; then sign the checkpoints of these entries,
-    /// to go out with the next write (a `Flush` is queued for them, so an idle ledger still gets
-    /// them promptly). Checkpoints never precede, in the file or in time, the sync of what they
-    /// cover; signing never delays a caller.
-    async fn flush(&mut self, myself: &ActorRef<LedgerMsg>) {
-        self.flush_queued = false;
-        let checkpoints = std::mem::take(&mut self.unwritten_checkpoints);
-        if self.pending.is_empty() && checkpoints.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut self.pending);
-        let mut buf =
-            String::with_capacity(batch.iter().map(|(_, l, _)| l.len() + 1).sum::<usize>() + 512);
-        for cp in &checkpoints {
-            buf.push_str(cp);
-            buf.push('\n');
-        }
-        for (_, line, _) in &batch {
-            buf.push_str(line);
-            buf.push('\n');
-        }
-        let file = self.file.clone();
-        let written = tokio::task::spawn_blocking(move || -> std::io::Result<f64> {
-            let mut g = file.lock().unwrap_or_else(|p| p.into_inner());
-            let f = g
-                .as_mut()
-                .ok_or_else(|| std::io::Error::other("the ledger file is not open"))?;
-            let start = std::time::Instant::now();
-            f.write_all(buf.as_bytes())?;
-            f.sync_data()?;
-            Ok(start.elapsed().as_secs_f64())
-        })
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))
-        .and_then(|r| r);
-        let written = written.map(|seconds| self.syncs.observe(seconds));
-        if let Err(e) = written {
-            let why = format!("writing {} failed: {e}", self.path.display());
-            tracing::error!(%why, "ledger write failed; decisions are refused from now on");
-            self.broken = Some(why.clone());
-            self.core = None;
-            for (_, _, reply) in batch {
-                let _ = reply.send(Err(FleetError::internal("the ledger append", why.clone())));
-            }
+    /// Entries up to `upto` are synced: show them on the board, then answer their callers.
+    fn synced(&mut self, upto: u64) {
+        let done: Vec<Caller> = self.waiting.synced(upto).map(|(_, c)| c).collect();
+        if done.is_empty() {
             return;
         }
         // The board shows an entry once it is synced, and before its caller hears of it.
         self.decisions.modify(|board| {
-            for (entry, _, _) in &batch {
+            for (entry, _) in &done {
                 board.apply(entry);
             }
         });
-        for (entry, _, reply) in batch {
+        for (entry, reply) in done {
             let _ = reply.send(Ok(entry));
         }
-        // The entries are synced: their checkpoints may be signed now.
-        let cps = self
-            .core
-            .as_mut()
-            .map(|c| c.checkpoints(&self.ctx.host_key))
-            .unwrap_or_default();
-        if !cps.is_empty() {
-            self.unwritten_checkpoints = cps;
-            if !self.flush_queued {
-                self.flush_queued = true;
-                let _ = myself.cast(LedgerMsg::Flush);
+    }
+
+    /// A write failed: the ledger is broken; every caller still waiting is refused.
+    fn failed(&mut self, why: &str) {
+        let why = format!("writing {} failed: {why}", self.path.display());
+        tracing::error!(%why, "ledger write failed; decisions are refused from now on");
+        self.broken = Some(why.clone());
+        self.core = None;
+        for (_, (_, reply)) in self.waiting.all() {
+            let _ = reply.send(Err(FleetError::internal("the ledger append", why.clone())));
+        }
+    }
+
+    fn written(&mut self, r: Report) {
+        match r {
+            Report::Synced { upto, seconds } => {
+                self.syncs.observe(seconds);
+                self.synced(upto);
             }
+            Report::Failed { why, .. } => self.failed(&why),
         }
     }
 }
@@ -403,16 +379,29 @@ impl Actor for LedgerWriter {
             ctx.mailbox_cap(),
             "the ledger writer",
         )));
+        let writer = match (opened.file, opened.core.as_ref()) {
+            (Some(file), Some(core)) => {
+                let me = myself.clone();
+                Some(Writer::start(
+                    file,
+                    core.seq,
+                    core.origin.clone(),
+                    ctx.host_key.clone(),
+                    move |r| {
+                        let _ = me.cast(LedgerMsg::Written(r));
+                    },
+                )?)
+            }
+            _ => None,
+        };
         Ok(LedgerState {
             ctx,
             decisions: args.decisions,
             path,
             core: opened.core,
-            file: Arc::new(Mutex::new(opened.file)),
+            writer,
             broken: opened.broken,
-            pending: vec![],
-            flush_queued: false,
-            unwritten_checkpoints: vec![],
+            waiting: Waiting::default(),
             syncs: SyncTimes::default(),
         })
     }
@@ -422,23 +411,35 @@ impl Actor for LedgerWriter {
         myself: ActorRef<LedgerMsg>,
         st: &mut LedgerState,
     ) -> Result<(), ActorProcessingErr> {
-        // The pending entries, then the checkpoint that covers them.
-        st.flush(&myself).await;
-        st.flush(&myself).await;
-        let file = st.file.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Some(f) = file.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-                let _ = f.sync_all();
+        // Everything encoded, then the checkpoints that cover it; then the file is synced. The
+        // thread's reports still in the mailbox are not read: its end result says it all.
+        if let Some(w) = st.writer.take() {
+            let end = tokio::task::spawn_blocking(move || w.finish())
+                .await
+                .unwrap_or_else(|e| Err((0, e.to_string())));
+            match end {
+                Ok(upto) => st.synced(upto),
+                Err((upto, why)) => {
+                    st.synced(upto);
+                    if st.broken.is_none() {
+                        st.failed(&why);
+                    }
+                }
             }
-        })
-        .await;
+        }
+        for (_, (_, reply)) in st.waiting.all() {
+            let _ = reply.send(Err(FleetError::unavailable(
+                "the decision ledger",
+                "the ledger writer stopped",
+            )));
+        }
         st.ctx.dir.remove_actor(myself.get_id());
         Ok(())
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<LedgerMsg>,
+        _myself: ActorRef<LedgerMsg>,
         msg: LedgerMsg,
         st: &mut LedgerState,
     ) -> Result<(), ActorProcessingErr> {
@@ -447,7 +448,7 @@ impl Actor for LedgerWriter {
                 author,
                 event,
                 reply,
-            } => st.append(&myself, author, event, reply),
+            } => st.append(author, event, reply),
             LedgerMsg::Open {
                 author,
                 open,
@@ -464,7 +465,7 @@ impl Actor for LedgerWriter {
                     deadline: open.deadline,
                     max_rounds: open.max_rounds,
                 };
-                st.append(&myself, author, event, reply);
+                st.append(author, event, reply);
             }
             LedgerMsg::Refused {
                 decision,
@@ -474,7 +475,7 @@ impl Actor for LedgerWriter {
                 st.decisions.modify(|b| b.set_refused(decision, refused));
                 let _ = reply.send(());
             }
-            LedgerMsg::Flush => st.flush(&myself).await,
+            LedgerMsg::Written(r) => st.written(r),
             LedgerMsg::Status { reply } => {
                 let _ = reply.send(LedgerStatus {
                     path: st.path.display().to_string(),

@@ -453,9 +453,22 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
     let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
     let fsync_before = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
     let mut rows = vec![];
+    // The writer's write-and-sync count and time, read around each row: appends per sync and
+    // the mean write + fdatasync (what the rate is made of).
+    let syncs = || async {
+        daemon
+            .fleet
+            .ledger_status()
+            .await
+            .map(|s| (s.syncs.count, s.syncs.sum_seconds))
+            .unwrap_or_default()
+    };
     for w in [1usize, 8, 64] {
+        let before = syncs().await;
         let (rate, n) = ledger_rate(&daemon, w, args.seconds).await?;
-        rows.push((w, rate, n));
+        let after = syncs().await;
+        let (count, secs) = (after.0 - before.0, after.1 - before.1);
+        rows.push((w, rate, n, count, secs / count.max(1) as f64));
     }
     let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
     let fsync_after = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
@@ -472,7 +485,7 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
         .map_err(|b| anyhow::anyhow!("the benchmark's ledger does not verify: {b}"))?;
     let v: Vec<Value> = rows
         .iter()
-        .map(|(w, r, n)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync}))
+        .map(|(w, r, n, c, mean)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync, "syncs": c, "appends_per_sync": *n as f64 / (*c).max(1) as f64, "mean_sync_seconds": mean}))
         .collect();
     let doc = json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries});
     if !args.json {
@@ -480,11 +493,16 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
             "raw 200 B append + fdatasync: {fsync:.0}/s (before {fsync_before:.0}/s, after {fsync_after:.0}/s)"
         );
         println!(
-            "{:>8} {:>14} {:>10} {:>14}",
-            "writers", "appends/s", "appends", "x fsync rate"
+            "{:>8} {:>14} {:>10} {:>14} {:>12} {:>14}",
+            "writers", "appends/s", "appends", "x fsync rate", "per sync", "mean sync us"
         );
-        for (w, r, n) in &rows {
-            println!("{w:>8} {r:>14.0} {n:>10} {:>13.1}x", r / fsync);
+        for (w, r, n, c, mean) in &rows {
+            println!(
+                "{w:>8} {r:>14.0} {n:>10} {:>13.1}x {:>12.1} {:>14.0}",
+                r / fsync,
+                *n as f64 / (*c).max(1) as f64,
+                mean * 1e6
+            );
         }
         println!(
             "the ledger ({} entries, {} checkpoints) verifies with the host key",

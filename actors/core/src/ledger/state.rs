@@ -126,8 +126,38 @@ fn write_canonical(v: &Value, out: &mut String) {
 }
 
 fn push_str_json(out: &mut String, s: &str) {
-    // serde_json's string escaping, the same as `canonical` uses.
-    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    // serde_json's string escaping, the same as `canonical` uses (a property test holds it to
+    // that), written in place: `"` and `\\` and the C0 controls, the short forms where JSON has
+    // them, else `\u00xx` in lower-case hex; everything else as it is.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let short = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        // Escaped bytes are ASCII, so `start..i` is on character boundaries.
+        out.push_str(&s[start..i]);
+        if short.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 0xf) as usize] as char);
+        } else {
+            out.push_str(short);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 fn push_opt_str_json(out: &mut String, s: &Option<String>) {
@@ -141,6 +171,7 @@ fn push_opt_str_json(out: &mut String, s: &Option<String>) {
 /// Equal to `line_of(entry)` by construction; a property test holds it to that.
 pub fn entry_line(e: &Entry) -> String {
     use crate::decision::event::{Outcome, SlotResult};
+    use std::fmt::Write;
     let mut o = String::with_capacity(320);
     o.push_str("{\"actor\":{\"member\":");
     push_str_json(&mut o, &e.actor.member);
@@ -159,9 +190,10 @@ pub fn entry_line(e: &Entry) -> String {
         } => {
             o.push_str("\"deadline\":");
             push_str_json(&mut o, deadline);
-            o.push_str(&format!(
+            let _ = write!(
+                o,
                 ",\"decision\":\"{decision}\",\"max_rounds\":{max_rounds},\"slots\":["
-            ));
+            );
             for (i, sl) in slots.iter().enumerate() {
                 if i > 0 {
                     o.push(',');
@@ -186,9 +218,10 @@ pub fn entry_line(e: &Entry) -> String {
         } => {
             o.push_str("\"content\":");
             push_str_json(&mut o, content);
-            o.push_str(&format!(
+            let _ = write!(
+                o,
                 ",\"decision\":\"{decision}\",\"round\":{round},\"slot\":"
-            ));
+            );
             push_str_json(&mut o, slot);
             o.push_str(if matches!(e.event, DecisionEvent::Position { .. }) {
                 ",\"type\":\"position\""
@@ -203,13 +236,14 @@ pub fn entry_line(e: &Entry) -> String {
             verdict,
             rationale,
         } => {
-            o.push_str(&format!(
+            let _ = write!(
+                o,
                 "\"decision\":\"{decision}\",\"outcome\":\"{}\",\"rationale\":",
                 match outcome {
                     Outcome::Quorate => "quorate",
                     Outcome::Degraded => "degraded",
                 }
-            ));
+            );
             push_str_json(&mut o, rationale);
             o.push_str(",\"slots\":[");
             for (i, so) in slots.iter().enumerate() {
@@ -221,7 +255,7 @@ pub fn entry_line(e: &Entry) -> String {
                     SlotResult::Abstain => "abstain",
                     SlotResult::Timeout => "timeout",
                 };
-                o.push_str(&format!("{{\"outcome\":\"{r}\",\"round\":"));
+                let _ = write!(o, "{{\"outcome\":\"{r}\",\"round\":");
                 match so.round {
                     Some(n) => o.push_str(&n.to_string()),
                     None => o.push_str("null"),
@@ -236,7 +270,7 @@ pub fn entry_line(e: &Entry) -> String {
     }
     o.push_str("},\"prev\":");
     push_str_json(&mut o, &e.prev);
-    o.push_str(&format!(",\"seq\":{},\"ts\":", e.seq));
+    let _ = write!(o, ",\"seq\":{},\"ts\":", e.seq);
     push_str_json(&mut o, &e.ts);
     o.push('}');
     o
@@ -269,7 +303,13 @@ pub fn checkpoint_body(origin: &str, size: u64, head: &[u8; 32]) -> String {
 
 /// A checkpoint line: `{"checkpoint": "<signed note>"}`.
 pub fn checkpoint_line(note: &str) -> String {
-    line_of(&serde_json::json!({ "checkpoint": note }))
+    // The canonical encoding of that one-key object, written directly (the writer's hot path);
+    // a test holds it to `line_of`.
+    let mut o = String::with_capacity(note.len() + 24);
+    o.push_str("{\"checkpoint\":");
+    push_str_json(&mut o, note);
+    o.push('}');
+    o
 }
 
 /// The writer's state: where the chain stands and when a checkpoint is due.
@@ -285,6 +325,8 @@ pub struct LedgerCore {
     pub checkpointed: u64,
     /// Entries that need their own checkpoint (a close, or a multiple of `every`), not yet signed.
     pub due: Vec<(u64, [u8; 32])>,
+    /// The last entry's time and its RFC 3339 text (appends in the same millisecond reuse it).
+    ts: (Millis, String),
 }
 
 impl LedgerCore {
@@ -302,6 +344,7 @@ impl LedgerCore {
             head: hash(&header),
             checkpointed: 0,
             due: vec![],
+            ts: (0, String::new()),
         };
         (core, header)
     }
@@ -310,9 +353,12 @@ impl LedgerCore {
     /// before anyone is told, and before [`LedgerCore::checkpoints`] covers it.
     pub fn append(&mut self, actor: Author, event: DecisionEvent, now: Millis) -> (Entry, String) {
         let is_close = matches!(event, DecisionEvent::Close { .. });
+        if self.ts.1.is_empty() || self.ts.0 != now {
+            self.ts = (now, crate::clock::rfc3339(now));
+        }
         let entry = Entry {
             seq: self.seq + 1,
-            ts: crate::clock::rfc3339(now),
+            ts: self.ts.1.clone(),
             actor,
             event,
             prev: hex(&self.head),
@@ -330,17 +376,23 @@ impl LedgerCore {
     /// only after those entries are synced.
     pub fn checkpoints(&mut self, key: &SigningKey) -> Vec<String> {
         self.checkpointed = self.seq;
-        self.due
-            .drain(..)
-            .map(|(size, head)| {
-                checkpoint_line(&keys::sign_note(
-                    &checkpoint_body(&self.origin, size, &head),
-                    &self.origin,
-                    key,
-                ))
-            })
-            .collect()
+        let due = std::mem::take(&mut self.due);
+        sign_checkpoints(&self.origin, &due, key)
     }
+}
+
+/// The signed checkpoint lines of `due` entries ((seq, hash of its line) each); only once those
+/// entries are synced.
+pub fn sign_checkpoints(origin: &str, due: &[(u64, [u8; 32])], key: &SigningKey) -> Vec<String> {
+    due.iter()
+        .map(|(size, head)| {
+            checkpoint_line(&keys::sign_note(
+                &checkpoint_body(origin, *size, head),
+                origin,
+                key,
+            ))
+        })
+        .collect()
 }
 
 /// What a verification found.
@@ -572,6 +624,7 @@ pub fn resume(report: &Report, text: &str) -> LedgerCore {
             .iter()
             .filter_map(|&s| chain.get(s as usize).map(|l| (s, hash(l))))
             .collect(),
+        ts: (0, String::new()),
     }
 }
 
@@ -853,7 +906,29 @@ mod tests {
     }
 
     fn arb_text() -> impl Strategy<Value = String> {
-        proptest::string::string_regex("[a-zA-Z0-9 \"\\\\é✓\n\t\u{1}-]{0,12}").unwrap()
+        proptest::string::string_regex(
+            "[a-zA-Z0-9 \"\\\\é✓\n\t\r\u{1}\u{8}\u{c}\u{1f}\u{7f}-]{0,12}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        let mut all: String = (0u8..0x80).map(char::from).collect();
+        all.push_str("é✓\u{2014}\u{10ffff}");
+        for s in [all.as_str(), "", "plain", "\"\\", "\u{0}x\u{1f}"] {
+            let mut out = String::new();
+            push_str_json(&mut out, s);
+            assert_eq!(out, serde_json::to_string(s).unwrap());
+        }
+    }
+
+    proptest! {
+        /// The hand-written checkpoint line is exactly the canonical encoding.
+        #[test]
+        fn checkpoint_line_is_canonical(note in arb_text()) {
+            prop_assert_eq!(checkpoint_line(&note), line_of(&serde_json::json!({ "checkpoint": note })));
+        }
     }
 
     proptest! {
