@@ -735,7 +735,7 @@ fn the_bench_harness_measures_every_target_at_a_small_scale() {
     assert!(v["sse_events_read_min"].as_u64().unwrap_or(0) > 0, "{v}");
     let stages = v["stages"].as_array().expect("stages");
     let names: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();
-    assert_eq!(names, ["empty", "members", "sse", "queued"]);
+    assert_eq!(names, ["empty", "members", "idle", "sse", "queued"]);
     for s in stages {
         assert!(s["rss_kb"].as_u64().unwrap_or(0) > 0, "{s}");
         assert_eq!(s["status"]["n"], 50, "{s}");
