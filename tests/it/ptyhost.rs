@@ -12,7 +12,7 @@ use fleetd::term::HostBackend;
 use fleetd_actors::term::{LaunchSpec, TermBackend, TermEvent, TermHandle, TermInput};
 use fleetd_actors::types::MemberName;
 
-use crate::common::{T, bin};
+use crate::common::{T, bin, wait_pid_gone};
 
 fn spec(name: &str, script: &str) -> LaunchSpec {
     LaunchSpec {
@@ -64,16 +64,8 @@ fn vm_rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Whether `pid` is gone (or a zombie nobody reaped yet).
-fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
+/// For the two states no event announces (a socket's receive queue filling, an exit file
+/// appearing): looked at every 20 ms, bounded by `T`.
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + T;
     while !done() {
@@ -221,7 +213,10 @@ async fn terminate_kills_the_group_after_the_grace() {
         "killed before the grace ended: {:?}",
         asked.elapsed()
     );
-    wait_until("the program's child killed with it", || is_gone(child));
+    assert!(
+        wait_pid_gone(child as i32, T),
+        "the program's child was not killed with it within {T:?}"
+    );
     assert_eq!(
         backend.recorded_exit(&MemberName::new("stubborn").unwrap(), 1),
         Some((None, Some(signal)))
