@@ -254,6 +254,29 @@ impl Store {
         }
     }
 
+    /// Run a blocking store call off the async worker threads and hand its result to `then`
+    /// on the thread that ran it: for an actor that learns of the result by a message of its
+    /// own, this saves [`Store::run`]'s hop back through an async task. A panic in `f` is
+    /// handed on as an error, as [`Store::run`] hands on a failed task.
+    pub fn spawn<T, F, G>(&self, f: F, then: G)
+    where
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+        G: FnOnce(Result<T, FleetError>) + Send + 'static,
+        T: Send + 'static,
+    {
+        let s = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s))) {
+                Ok(r) => r.map_err(FleetError::from),
+                Err(_) => Err(FleetError::internal(
+                    "a state dir write",
+                    "the writer task failed: it panicked",
+                )),
+            };
+            then(r);
+        });
+    }
+
     /// Commit a batch durably.
     pub fn commit(&self, b: &Batch) -> Result<(), StoreError> {
         if b.is_empty() {

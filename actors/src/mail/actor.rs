@@ -127,6 +127,9 @@ pub struct MailState {
     committing: bool,
     /// Received and not yet handed on, in arrival order.
     inbox: Inbox,
+    /// The view's preview of `inbox` (its oldest `HELD_PREVIEW` mails), formatted when the
+    /// inbox changes, not at each publish: a publish comes before every answer to a peer.
+    held_preview: Vec<String>,
     timer: Timer,
     feed: tokio::task::JoinHandle<()>,
 }
@@ -135,8 +138,25 @@ pub use crate::mail::view::MailView;
 
 impl MailState {
     fn publish(&self) {
-        let held_total = self.inbox.mails();
-        let held = self
+        let outbox = self
+            .core
+            .peers()
+            .map(|p| (p.clone(), self.core.depth(p)))
+            .collect();
+        self.view.publish(MailView {
+            held: self.held_preview.clone(),
+            held_total: self.inbox.mails(),
+            outbox,
+        });
+    }
+
+    /// The inbox changed: format its preview again, if the change can show in it (mail pushed
+    /// behind a full preview cannot).
+    fn inbox_changed(&mut self, pushed_only: bool) {
+        if pushed_only && self.held_preview.len() >= HELD_PREVIEW {
+            return;
+        }
+        self.held_preview = self
             .inbox
             .iter()
             .filter_map(|(peer, _, e)| match &e.item {
@@ -150,16 +170,6 @@ impl MailState {
             })
             .take(HELD_PREVIEW)
             .collect();
-        let outbox = self
-            .core
-            .peers()
-            .map(|p| (p.clone(), self.core.depth(p)))
-            .collect();
-        self.view.publish(MailView {
-            held,
-            held_total,
-            outbox,
-        });
     }
 
     fn desk(&self) -> Result<Mailbox<DeskMsg>, FleetError> {
@@ -313,15 +323,17 @@ impl MailState {
             n = group.len(),
             "lead-to-lead mail: one commit for the queued sends"
         );
-        let (store, me) = (self.ctx.store.clone(), me.clone());
-        tokio::spawn(async move {
-            let result = store.run(move |s| s.commit(&b)).await;
-            let _ = me.cast(MailMsg::Stored {
-                result,
-                group,
-                upto,
-            });
-        });
+        let me = me.clone();
+        self.ctx.store.spawn(
+            move |s| s.commit(&b),
+            move |result| {
+                let _ = me.cast(MailMsg::Stored {
+                    result,
+                    group,
+                    upto,
+                });
+            },
+        );
     }
 
     /// A peer delivered a batch: store what is new with the new mark, then answer with the
@@ -369,6 +381,7 @@ impl MailState {
                 for (peer, arrival, e) in numbered {
                     self.inbox.push(peer, arrival, e);
                 }
+                self.inbox_changed(true);
                 // Held mail shows before the sender hears it is here.
                 self.publish();
                 let _ = reply.send(Ok(r.upto));
@@ -478,6 +491,7 @@ impl MailState {
             }
         }
         let done = self.inbox.end(round);
+        self.inbox_changed(false);
         if done.is_empty() {
             return false;
         }
@@ -583,11 +597,13 @@ impl Actor for MailActor {
             view: a.view,
             core,
             inbox,
+            held_preview: vec![],
             group: vec![],
             committing: false,
             timer: Timer::new(),
             feed,
         };
+        st.inbox_changed(false);
         st.perform(&myself, fx).await;
         let _ = myself.cast(MailMsg::Resync);
         let _ = myself.cast(MailMsg::Sweep);
