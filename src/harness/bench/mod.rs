@@ -301,6 +301,21 @@ impl CommitBaseline {
         })
     }
 
+    /// `k` commits back to back on the blocking pool, each timed; `slot` holds the baseline
+    /// between calls (it is moved to the blocking thread and back).
+    async fn run(slot: &mut Option<CommitBaseline>, k: usize) -> anyhow::Result<Vec<Duration>> {
+        let mut b = slot
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the commit baseline failed earlier"))?;
+        let (b, took) = tokio::task::spawn_blocking(move || {
+            let took: anyhow::Result<Vec<Duration>> = (0..k).map(|_| b.once()).collect();
+            (b, took)
+        })
+        .await?;
+        *slot = Some(b);
+        took
+    }
+
     /// One commit, timed (the ticket and message are made before the clock starts).
     fn once(&mut self) -> anyhow::Result<Duration> {
         use fleetd_actors::injector::state::{Message, ReceiptState};
@@ -395,16 +410,7 @@ async fn send_to_pty(
             .await
             .map_err(|e| anyhow::anyhow!("GET /whoami: {e}"))?;
         let rest_t = t.elapsed();
-        let mut b = base
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no commit baseline"))?;
-        let (b, took) = tokio::task::spawn_blocking(move || {
-            let took = b.once();
-            (b, took)
-        })
-        .await?;
-        let commit_t = took?;
-        base = Some(b);
+        let commit_t = CommitBaseline::run(&mut base, 1).await?[0];
         while screen.try_recv().is_ok() {}
         settle().await;
         let t = Instant::now();
@@ -1016,16 +1022,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
         let t = Instant::now();
         echo_once(&raw.conn, &payload, 1 << 20).await?;
         raw_t.push(t.elapsed());
-        let mut b = base
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("no commit baseline"))?;
-        let (b, took) = tokio::task::spawn_blocking(move || {
-            let took: anyhow::Result<Vec<Duration>> = (0..3).map(|_| b.once()).collect();
-            (b, took)
-        })
-        .await?;
-        redb_commit.extend(took?);
-        base = Some(b);
+        redb_commit.extend(CommitBaseline::run(&mut base, 3).await?);
         settle().await;
         let body = format!("bench message {i}");
         // Subscribe before sending, so the transmitted event cannot be missed.
@@ -1091,13 +1088,7 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     }
     ea.shutdown().await;
     eb.shutdown().await;
-    let mut b = base
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no commit baseline"))?;
-    let commit_b2b = tokio::task::spawn_blocking(move || {
-        (0..n).map(|_| b.once()).collect::<anyhow::Result<Vec<_>>>()
-    })
-    .await??;
+    let commit_b2b = CommitBaseline::run(&mut base, n).await?;
     let (rb, cb) = (
         stats("raw quinn echo, back to back", echo_b2b),
         stats("one redb commit, back to back", commit_b2b),
