@@ -378,14 +378,14 @@ fn durability_baselines(
 }
 
 /// Returns (send -> visible in the PTY, send -> REST answer, a bare REST round trip, one redb
-/// commit of a ticket and its message). The two baselines are sampled in the same loop, one
+/// commit of a ticket and its message, and the two as one sample). The two baselines are sampled in the same loop, one
 /// of each before each send, so the machine's noise (a shared disk above all) falls on them and
 /// on the sends alike.
 async fn send_to_pty(
     daemon: &Daemon,
     n: usize,
     baseline_dir: &std::path::Path,
-) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, Vec<Duration>, Vec<Duration>)> {
+) -> anyhow::Result<SendTimes> {
     let fleet = &daemon.fleet;
     let client = Client::new(&daemon.layout.state_dir);
     let exe = std::env::current_exe()?.display().to_string();
@@ -401,6 +401,7 @@ async fn send_to_pty(
     let mut phases = Vec::with_capacity(n);
     let mut rest = Vec::with_capacity(n);
     let mut commits = Vec::with_capacity(n);
+    let mut both = Vec::with_capacity(n);
     let mut base = Some(CommitBaseline::open(baseline_dir)?);
     for i in 0..n + 10 {
         settle().await;
@@ -443,13 +444,29 @@ async fn send_to_pty(
             phases.push(acked);
             rest.push(rest_t);
             commits.push(commit_t);
+            both.push(rest_t + commit_t);
         }
         wait_idle(&mut ev, "sink", Some(&ticket))
             .await
             .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
     }
     let _ = fleet.stop(&Caller::Operator, "sink", false).await;
-    Ok((out, phases, rest, commits))
+    Ok(SendTimes {
+        visible: out,
+        acked: phases,
+        rest,
+        commits,
+        rest_and_commit: both,
+    })
+}
+
+/// What [`send_to_pty`] measured, one sample per send of each.
+struct SendTimes {
+    visible: Vec<Duration>,
+    acked: Vec<Duration>,
+    rest: Vec<Duration>,
+    commits: Vec<Duration>,
+    rest_and_commit: Vec<Duration>,
 }
 
 /// Ledger appends per second with `writers` concurrent appenders, for `secs` seconds, through the
@@ -997,8 +1014,6 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     }
     let (_, rx) = fa.ctx.events.subscribe(u64::MAX);
     let n = args.iterations;
-    let mut ours_t = vec![];
-    let mut ack_t = vec![];
     // The baselines are sampled in the same loop, one of each before each send, so the
     // machine's noise (a shared disk above all) falls on them and on the sends alike: a raw
     // quinn echo over loopback, and one redb commit in a store of its own on the same disk.
@@ -1014,31 +1029,52 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     });
     let raw = ea.dial(&ea.peers()[0].clone()).await?;
     let payload = vec![7u8; 200];
-    let mut raw_t = vec![];
-    let mut redb_commit = vec![];
     let mut base = Some(CommitBaseline::open(dir.path())?);
-    for i in 0..n {
-        settle().await;
-        let t = Instant::now();
-        echo_once(&raw.conn, &payload, 1 << 20).await?;
-        raw_t.push(t.elapsed());
-        redb_commit.extend(CommitBaseline::run(&mut base, 3).await?);
-        settle().await;
-        let body = format!("bench message {i}");
-        // Subscribe before sending, so the transmitted event cannot be missed.
-        let mut sub = rx.resubscribe();
-        let t = Instant::now();
-        let r = fa.send(&lead, "lead@b", body, false, None).await?;
-        ack_t.push(t.elapsed());
-        let id = r.ticket.ticket.id;
-        loop {
-            let e = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
-            if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
-                break;
+    // The loop runs as a task on the runtime's workers, where a real send's request runs (the
+    // MCP or REST handler), not on the thread blocked in `block_on`: from there each hand-off
+    // to an actor and back is a wake across threads that no real send pays.
+    let (fa2, lead2, conn, rx2, payload2) = (
+        fa.clone(),
+        lead.clone(),
+        raw.conn.clone(),
+        rx.resubscribe(),
+        payload.clone(),
+    );
+    let (raw_t, redb_commit, composite_t, ack_t, ours_t, b) = tokio::spawn(async move {
+        let (fa, lead, rx, payload) = (fa2, lead2, rx2, payload2);
+        let (mut raw_t, mut redb_commit, mut composite_t) = (vec![], vec![], vec![]);
+        let (mut ack_t, mut ours_t) = (vec![], vec![]);
+        for i in 0..n {
+            settle().await;
+            let t = Instant::now();
+            echo_once(&conn, &payload, 1 << 20).await?;
+            let echo = t.elapsed();
+            let three = CommitBaseline::run(&mut base, 3).await?;
+            // The composite as one sample: its three commits do not cost alike (the first
+            // wakes the blocking thread and the disk), so 3 x the median commit is not it.
+            composite_t.push(echo + three.iter().sum::<Duration>());
+            raw_t.push(echo);
+            redb_commit.extend(three);
+            settle().await;
+            let body = format!("bench message {i}");
+            // Subscribe before sending, so the transmitted event cannot be missed.
+            let mut sub = rx.resubscribe();
+            let t = Instant::now();
+            let r = fa.send(&lead, "lead@b", body, false, None).await?;
+            ack_t.push(t.elapsed());
+            let id = r.ticket.ticket.id;
+            loop {
+                let e = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
+                if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
+                    break;
+                }
             }
+            ours_t.push(t.elapsed());
         }
-        ours_t.push(t.elapsed());
-    }
+        anyhow::Ok((raw_t, redb_commit, composite_t, ack_t, ours_t, base))
+    })
+    .await??;
+    base = b;
     // Throughput: `total` sends, 32 in flight (each durable before it returns), then until the
     // last of them is transmitted.
     let total = n * 2;
@@ -1093,24 +1129,29 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
         stats("raw quinn echo, back to back", echo_b2b),
         stats("one redb commit, back to back", commit_b2b),
     );
-    let (o, a, r, c) = (
+    let (o, a, r, c, e3) = (
         stats("mail: send -> transmitted (3 commits)", ours_t),
         stats("  of which send -> durable in outbox", ack_t),
         stats("raw quinn echo, 200 B (baseline, before each send)", raw_t),
         stats("one redb commit (baseline, before each send)", redb_commit),
+        stats("  echo + its 3 commits, as one sample", composite_t),
     );
     let b2b = o.p50_us / (rb.p50_us + 3.0 * cb.p50_us);
+    let pooled = o.p50_us / (r.p50_us + 3.0 * c.p50_us);
     let doc = json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
-                "p50_ratio_echo": o.p50_us / r.p50_us, "p50_ratio_echo_plus_3_commits": o.p50_us / (r.p50_us + 3.0 * c.p50_us),
+                "baseline_echo_plus_3_commits": e3,
+                "p50_ratio_echo": o.p50_us / r.p50_us, "p50_ratio_echo_plus_3_commits": o.p50_us / e3.p50_us,
+                "p50_ratio_echo_plus_3_commits_sum_of_p50s": pooled,
                 "baseline_echo_back_to_back": rb, "baseline_commit_back_to_back": cb,
                 "p50_ratio_echo_plus_3_commits_back_to_back": b2b,
                 "mail_per_sec": mail_rate});
     if !args.json {
-        print_p50_p99([&r, &c, &rb, &cb, &o, &a]);
+        print_p50_p99([&r, &c, &e3, &rb, &cb, &o, &a]);
         println!(
-            "  -> p50 {:.2}x a raw echo; {:.2}x (echo + 3 redb commits, each sampled before each send); {:.2}x the same back to back",
+            "  -> p50 {:.2}x a raw echo; {:.2}x echo + 3 redb commits (sampled before each send, p50 of their sum; {:.2}x the sum of their p50s); {:.2}x the same back to back",
             o.p50_us / r.p50_us,
-            o.p50_us / (r.p50_us + 3.0 * c.p50_us),
+            o.p50_us / e3.p50_us,
+            pooled,
             b2b
         );
         println!(
@@ -1323,11 +1364,7 @@ async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
     let load = load::run(&quiet).await?;
     let f = |v: &Value| v.as_f64();
     let echo = f(&fleet["pairs"][0]["baseline"]["p50_us"]);
-    let send_ack = f(&fleet["send_ack"]["p50_us"]).zip(
-        f(&fleet["rest"]["p50_us"])
-            .zip(f(&fleet["redb_commit"]["p50_us"]))
-            .map(|(r, c)| r + c),
-    );
+    let send_ack = f(&fleet["send_ack"]["p50_us"]).zip(f(&fleet["rest_and_commit"]["p50_us"]));
     let ledger64 = ledger["ledger"]
         .as_array()
         .and_then(|rows| rows.iter().find(|r| r["writers"] == 64))
@@ -1491,14 +1528,20 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     let commit_dir = dir.path().join("baseline");
     // REST round trips and commits sampled in the send loop (see `send_to_pty`).
     std::fs::create_dir_all(&commit_dir)?;
-    let (visible, acked, rest, commits) =
-        send_to_pty(&daemon, args.send_iterations, &commit_dir).await?;
+    let SendTimes {
+        visible,
+        acked,
+        rest,
+        commits,
+        rest_and_commit,
+    } = send_to_pty(&daemon, args.send_iterations, &commit_dir).await?;
     // The same baselines back to back (hot), as they were measured before 2026-12-05.
     let rest_b2b = stats(
         "  a bare REST round trip, back to back",
         time_gets(&Client::new(&daemon.layout.state_dir), "/whoami", n).await?,
     );
     let rest = stats("  a bare REST round trip (GET /whoami)", rest);
+    let both = stats("  the two as one sample", rest_and_commit);
     let (bdir, n) = (dir.path().to_path_buf(), args.send_iterations);
     let (raw_sync, commits_b2b) =
         tokio::task::spawn_blocking(move || durability_baselines(&bdir, n)).await??;
@@ -1518,7 +1561,9 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
         .collect();
     let doc = json!({"pairs": v, "send_ack": acked, "mcp_direct": direct_mcp, "rest": rest, "redb_commit": redb_commit, "raw_sync": raw_sync,
         "rest_back_to_back": rest_b2b, "redb_commit_back_to_back": commit_b2b,
-        "send_ack_ratio": acked.p50_us / (rest.p50_us + redb_commit.p50_us),
+        "rest_and_commit": both,
+        "send_ack_ratio": acked.p50_us / both.p50_us,
+        "send_ack_ratio_sum_of_p50s": acked.p50_us / (rest.p50_us + redb_commit.p50_us),
         "send_ack_ratio_back_to_back": acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)});
     if !args.json {
         println!(
@@ -1544,6 +1589,7 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             &acked,
             &rest,
             &redb_commit,
+            &both,
             &rest_b2b,
             &commit_b2b,
             &raw_sync,
@@ -1554,8 +1600,9 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             );
         }
         println!(
-            "{:<38} p50 {:.2}x one REST round trip + one redb commit, each sampled before each send; {:.2}x the same measured back to back",
+            "{:<38} p50 {:.2}x one REST round trip + one redb commit (sampled before each send, p50 of their sum; {:.2}x the sum of their p50s); {:.2}x the same measured back to back",
             "  -> send ack",
+            acked.p50_us / both.p50_us,
             acked.p50_us / (rest.p50_us + redb_commit.p50_us),
             acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)
         );
