@@ -30,7 +30,7 @@ mod host;
 mod wire;
 
 pub use host::{HostArgs, run_host};
-use wire::{DaemonMsg, ExitRecord, HostMsg};
+use wire::{DaemonMsg, ExitRecord, Greeting, HostMsg};
 
 /// Paths of one member terminal's files.
 fn paths(term_dir: &Path, name: &MemberName, generation: u64) -> (PathBuf, PathBuf, PathBuf) {
@@ -192,21 +192,18 @@ impl HostBackend {
             )
         })?
         .map_err(|e| FleetError::internal(what.clone(), e.to_string()))?;
-        let (pid, host_pid, snapshot, pasted, screen_on_request) = match hello {
-            Some(HostMsg::Welcome {
+        let (
+            Greeting {
                 pid,
                 host_pid,
                 snapshot,
                 pasted,
                 ..
-            }) => (pid, host_pid, snapshot, pasted, true),
-            Some(HostMsg::Hello {
-                pid,
-                host_pid,
-                snapshot,
-                pasted,
-                ..
-            }) => (pid, host_pid, snapshot, pasted, false),
+            },
+            screen_on_request,
+        ) = match hello {
+            Some(HostMsg::Welcome(g)) => (g, true),
+            Some(HostMsg::Hello(g)) => (g, false),
             _ => return Err(FleetError::internal(what, "the PTY host did not say hello")),
         };
         let (ev_tx, ev_rx) = mpsc::channel::<TermEvent>(64);
@@ -242,7 +239,7 @@ impl HostBackend {
                             break;
                         }
                     }
-                    Ok(Some(HostMsg::Hello { .. } | HostMsg::Welcome { .. })) => {}
+                    Ok(Some(HostMsg::Hello(_) | HostMsg::Welcome(_))) => {}
                     Ok(None) => {
                         let _ = ev_tx
                             .send(TermEvent::Lost("the PTY host closed the connection".into()))
@@ -401,25 +398,18 @@ mod tests {
             let listener = tokio::net::UnixListener::bind(&sock).unwrap();
             let host = tokio::spawn(async move {
                 let (mut s, _) = listener.accept().await.unwrap();
-                let (pid, host_pid, rows, cols, snapshot, pasted) = (7, 8, 40, 120, vec![], vec![]);
+                let g = Greeting {
+                    pid: 7,
+                    host_pid: 8,
+                    rows: 40,
+                    cols: 120,
+                    snapshot: vec![],
+                    pasted: vec![],
+                };
                 let greeting = if welcome {
-                    HostMsg::Welcome {
-                        pid,
-                        host_pid,
-                        rows,
-                        cols,
-                        snapshot,
-                        pasted,
-                    }
+                    HostMsg::Welcome(g)
                 } else {
-                    HostMsg::Hello {
-                        pid,
-                        host_pid,
-                        rows,
-                        cols,
-                        snapshot,
-                        pasted,
-                    }
+                    HostMsg::Hello(g)
                 };
                 codec::write_frame(&mut s, &greeting).await.unwrap();
                 codec::write_frame(&mut s, &HostMsg::Output(b"before".to_vec()))

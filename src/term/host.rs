@@ -29,7 +29,7 @@ use nix::sys::signal::Signal;
 use portable_pty::{CommandBuilder, MasterPty, PtySize, native_pty_system};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::wire::{DaemonMsg, ExitRecord, HostMsg};
+use super::wire::{DaemonMsg, ExitRecord, Greeting, HostMsg};
 use crate::codec::{self, MAX_FRAME};
 
 /// Arguments of `fleetd pty-host`.
@@ -659,14 +659,14 @@ impl Host {
         self.greeted = true;
         self.conn = Conn::new(stream).ok();
         let (rows, cols) = self.parser.screen().size();
-        let hello = HostMsg::Welcome {
+        let hello = HostMsg::Welcome(Greeting {
             pid: self.pid,
             host_pid: self.host_pid,
             rows: rows.get(),
             cols: cols.get(),
             snapshot: self.parser.screen().state_formatted().into_bytes(),
             pasted: self.pasted.iter().copied().collect(),
-        };
+        });
         self.send(&hello);
     }
 
