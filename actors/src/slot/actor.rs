@@ -450,22 +450,20 @@ impl Actor for SlotActor {
             })?;
         let prof = profile(&ctx, &record.profile);
         let now = ctx.now();
-        let mut core = SlotCore::new(prof, settings(&ctx, record.role, false), now);
         let fresh = args.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
         let adopted = fresh.is_none();
         let handle = match fresh {
             Some(h) => Ok(h),
             None => ctx.term.connect(&name, record.generation).await,
         };
+        let screen_on_request = handle.as_ref().is_ok_and(|h| h.screen_on_request);
+        let mut core = SlotCore::new(prof, settings(&ctx, record.role, screen_on_request), now);
         let mut adopted_pid = None;
-        let mut screen_on_request = false;
         let (input, fwd, exit_reason) = match handle {
             Ok(h) => {
-                screen_on_request = h.screen_on_request;
                 if !screen_on_request {
                     tracing::info!(member = %name, "its terminal host cannot hand its screen back (an older host): the screen stays in the daemon");
                 }
-                core.set_settings(settings(&ctx, record.role, screen_on_request));
                 if adopted && !h.snapshot.is_empty() {
                     core.restore(&h.snapshot, record.status, record.status_since);
                 } else if !adopted {
