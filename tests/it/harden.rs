@@ -728,6 +728,20 @@ fn the_bench_harness_measures_every_target_at_a_small_scale() {
         };
         assert_eq!(t["met"], met, "{t}");
     }
+    // The floors beside the send and mail paths, sampled with them.
+    let fleet = &all["runs"]["fleet"];
+    assert_eq!(fleet["send_floor"]["n"], 10, "{fleet}");
+    assert_eq!(fleet["echo_paired"]["n"], 10, "{fleet}");
+    assert!(
+        fleet["send_floor"]["p50_us"].as_f64().unwrap_or(0.0) > 0.0,
+        "{fleet}"
+    );
+    let mail = &all["runs"]["mail"];
+    assert_eq!(mail["floor"]["n"], 50, "{mail}");
+    assert!(
+        mail["p50_ratio_to_floor"].as_f64().unwrap_or(0.0) > 0.0,
+        "{mail}"
+    );
     let v = &all["runs"]["load"];
     assert_eq!(v["members"], 30);
     assert_eq!(v["pty_hosts"], 30, "{v}");

@@ -6,7 +6,12 @@
 //!   bare rmcp echo server through the same stdio path (`fleetd echo-server`).
 //! - `fleet_send` -> the message visible in the target's PTY (REST send -> ticket -> durable
 //!   queue -> injector -> PTY host -> the agent echoes it -> back through the slot), against a
-//!   raw PTY echo (`cat` in a portable-pty).
+//!   raw PTY echo (`cat` in a portable-pty) and the rmcp echo sampled in the same loop.
+//!
+//! Beside the baselines, the send and mail paths each have a floor: the same durable steps done
+//! by the least code that can do them (a bare axum handler that commits and writes to a PTY; a
+//! commit, a quinn request answered after a commit, a commit), so a ratio can be read as what
+//! the machine costs and what the daemon adds.
 //!
 //! Owns measurement only.
 
@@ -234,6 +239,110 @@ fn pty_baseline(n: usize) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
+type FloorState = std::sync::Arc<std::sync::Mutex<(CommitBaseline, Box<dyn Write + Send>)>>;
+
+/// The floor under a send that reaches a PTY: the same durable steps and nothing else. A REST
+/// request (the same client, a new Unix-socket connection each) to a bare axum server whose
+/// handler commits a ticket and its message on the blocking pool, writes the text into a PTY
+/// running `cat` and answers; timed until the answer is back and the PTY's echo has been read,
+/// as a send is timed until its answer and the agent's screen showing it.
+struct SendFloor {
+    client: Client,
+    echoes: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    server: tokio::task::JoinHandle<()>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    seen: Vec<u8>,
+}
+
+impl SendFloor {
+    async fn start(dir: &std::path::Path) -> anyhow::Result<Self> {
+        use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+        let pair = native_pty_system().openpty(PtySize {
+            rows: 24,
+            cols: 80,
+            pixel_width: 0,
+            pixel_height: 0,
+        })?;
+        let child = pair.slave.spawn_command(CommandBuilder::new("cat"))?;
+        drop(pair.slave);
+        let mut r = pair.master.try_clone_reader()?;
+        let w = pair.master.take_writer()?;
+        let (tx, echoes) = tokio::sync::mpsc::channel(1024);
+        std::thread::spawn(move || {
+            let _master = pair.master;
+            let mut buf = [0u8; 4096];
+            while let Ok(k) = r.read(&mut buf) {
+                if k == 0 || tx.blocking_send(buf[..k].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let state: FloorState =
+            std::sync::Arc::new(std::sync::Mutex::new((CommitBaseline::open(dir)?, w)));
+        let app = axum::Router::new()
+            .route("/send", axum::routing::post(floor_send))
+            .with_state(state);
+        let listener = tokio::net::UnixListener::bind(dir.join("api.sock"))?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(SendFloor {
+            client: Client::new(dir),
+            echoes,
+            server,
+            child,
+            seen: vec![],
+        })
+    }
+
+    /// One sample: the request answered and its text echoed by the PTY.
+    async fn once(&mut self, i: usize) -> anyhow::Result<Duration> {
+        while self.echoes.try_recv().is_ok() {}
+        self.seen.clear();
+        let marker = format!("floor{i}x");
+        let t = Instant::now();
+        let _: Value = self
+            .client
+            .post("/send", &json!({"message": format!("{marker}\r")}))
+            .await?;
+        while !String::from_utf8_lossy(&self.seen).contains(&marker) {
+            let b = tokio::time::timeout(Duration::from_secs(10), self.echoes.recv())
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("cat closed"))?;
+            self.seen.extend_from_slice(&b);
+        }
+        Ok(t.elapsed())
+    }
+
+    fn stop(mut self) {
+        self.server.abort();
+        let _ = self.child.kill();
+    }
+}
+
+/// The floor's handler: commit, then write the text into the PTY, on the blocking pool.
+async fn floor_send(
+    axum::extract::State(s): axum::extract::State<FloorState>,
+    axum::Json(body): axum::Json<Value>,
+) -> (axum::http::StatusCode, axum::Json<Value>) {
+    let text = body["message"].as_str().unwrap_or("").to_string();
+    let done = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.once()?;
+        g.1.write_all(text.as_bytes())?;
+        g.1.flush()?;
+        Ok(())
+    })
+    .await;
+    match done {
+        Ok(Ok(())) => (axum::http::StatusCode::OK, axum::Json(json!({"ok": true}))),
+        _ => (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"error": "the floor's commit or write failed"})),
+        ),
+    }
+}
+
 /// Wait (bounded) until `member` reports idle, or (with `ticket`) until that ticket's turn has
 /// been wrapped up (the sink never replies, so its tickets end with the transcript tail), so the
 /// next sample does not share the disk with the last one's bookkeeping.
@@ -385,6 +494,7 @@ async fn send_to_pty(
     daemon: &Daemon,
     n: usize,
     baseline_dir: &std::path::Path,
+    echo: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
 ) -> anyhow::Result<SendTimes> {
     let fleet = &daemon.fleet;
     let client = Client::new(&daemon.layout.state_dir);
@@ -403,7 +513,26 @@ async fn send_to_pty(
     let mut commits = Vec::with_capacity(n);
     let mut both = Vec::with_capacity(n);
     let mut base = Some(CommitBaseline::open(baseline_dir)?);
+    let floor_dir = baseline_dir.join("floor");
+    std::fs::create_dir_all(&floor_dir)?;
+    let mut floor = SendFloor::start(&floor_dir).await?;
+    let mut floors = Vec::with_capacity(n);
+    let mut echoes = Vec::with_capacity(n);
     for i in 0..n + 10 {
+        settle().await;
+        let t = Instant::now();
+        echo.call_tool(
+            CallToolRequestParams::new("echo".to_string()).with_arguments(
+                json!({"text": "x"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        )
+        .await?;
+        let echo_t = t.elapsed();
+        settle().await;
+        let floor_t = floor.once(i).await?;
         settle().await;
         let t = Instant::now();
         let _: Value = client
@@ -445,18 +574,23 @@ async fn send_to_pty(
             rest.push(rest_t);
             commits.push(commit_t);
             both.push(rest_t + commit_t);
+            floors.push(floor_t);
+            echoes.push(echo_t);
         }
         wait_idle(&mut ev, "sink", Some(&ticket))
             .await
             .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
     }
     let _ = fleet.stop(&Caller::Operator, "sink", false).await;
+    floor.stop();
     Ok(SendTimes {
         visible: out,
         acked: phases,
         rest,
         commits,
         rest_and_commit: both,
+        floor: floors,
+        echo: echoes,
     })
 }
 
@@ -467,6 +601,10 @@ struct SendTimes {
     rest: Vec<Duration>,
     commits: Vec<Duration>,
     rest_and_commit: Vec<Duration>,
+    /// [`SendFloor`]'s samples.
+    floor: Vec<Duration>,
+    /// The rmcp stdio echo, sampled in the same loop after the same pause as the send.
+    echo: Vec<Duration>,
 }
 
 /// Ledger appends per second with `writers` concurrent appenders, for `secs` seconds, through the
@@ -817,6 +955,33 @@ async fn raw_echo(conn: quinn::Connection) {
     }
 }
 
+/// A quinn echo that commits before it answers: one bi stream per request, one redb commit of
+/// `store` on the blocking pool, then the bytes back (the receiving side of the mail floor).
+async fn committing_echo(
+    conn: quinn::Connection,
+    store: std::sync::Arc<std::sync::Mutex<CommitBaseline>>,
+) {
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        let store = store.clone();
+        tokio::spawn(async move {
+            if let Ok(b) = recv.read_to_end(1 << 20).await {
+                let done = tokio::task::spawn_blocking(move || {
+                    store
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .once()
+                        .is_ok()
+                })
+                .await;
+                if matches!(done, Ok(true)) {
+                    let _ = send.write_all(&b).await;
+                    let _ = send.finish();
+                }
+            }
+        });
+    }
+}
+
 /// Two endpoints on loopback that know each other: `b` (the answering side, keyed `kb`; shared
 /// so a task can accept on it) and `a` (the dialling side, keyed `ka`).
 fn endpoint_pair(
@@ -1030,6 +1195,26 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     let raw = ea.dial(&ea.peers()[0].clone()).await?;
     let payload = vec![7u8; 200];
     let mut base = Some(CommitBaseline::open(dir.path())?);
+    // The floor: the same durable steps with nothing else (commit here, a request whose answer
+    // waits for a commit there, commit here), each commit on the blocking pool as any async
+    // server must.
+    let (floor_b, floor_a) = endpoint_pair(
+        &fleetd_actors::keys::generate(),
+        &fleetd_actors::keys::generate(),
+    )?;
+    let floor_dir = dir.path().join("floor");
+    std::fs::create_dir_all(&floor_dir)?;
+    let far = std::sync::Arc::new(std::sync::Mutex::new(CommitBaseline::open(&floor_dir)?));
+    let fb2 = floor_b.clone();
+    tokio::spawn(async move {
+        if let Some(Ok(l)) = fb2.accept().await {
+            committing_echo(l.conn, far).await;
+        }
+    });
+    let floor_conn = floor_a.dial(&floor_a.peers()[0].clone()).await?.conn;
+    let near_dir = dir.path().join("near");
+    std::fs::create_dir_all(&near_dir)?;
+    let mut near = Some(CommitBaseline::open(&near_dir)?);
     // The loop runs as a task on the runtime's workers, where a real send's request runs (the
     // MCP or REST handler), not on the thread blocked in `block_on`: from there each hand-off
     // to an actor and back is a wake across threads that no real send pays.
@@ -1040,11 +1225,17 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
         rx.resubscribe(),
         payload.clone(),
     );
-    let (raw_t, redb_commit, composite_t, ack_t, ours_t, b) = tokio::spawn(async move {
+    let (raw_t, redb_commit, composite_t, ack_t, ours_t, b, floor_t) = tokio::spawn(async move {
         let (fa, lead, rx, payload) = (fa2, lead2, rx2, payload2);
         let (mut raw_t, mut redb_commit, mut composite_t) = (vec![], vec![], vec![]);
-        let (mut ack_t, mut ours_t) = (vec![], vec![]);
+        let (mut ack_t, mut ours_t, mut floor_t) = (vec![], vec![], vec![]);
         for i in 0..n {
+            settle().await;
+            let t = Instant::now();
+            CommitBaseline::run(&mut near, 1).await?;
+            echo_once(&floor_conn, &payload, 1 << 20).await?;
+            CommitBaseline::run(&mut near, 1).await?;
+            floor_t.push(t.elapsed());
             settle().await;
             let t = Instant::now();
             echo_once(&conn, &payload, 1 << 20).await?;
@@ -1071,7 +1262,15 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
             }
             ours_t.push(t.elapsed());
         }
-        anyhow::Ok((raw_t, redb_commit, composite_t, ack_t, ours_t, base))
+        anyhow::Ok((
+            raw_t,
+            redb_commit,
+            composite_t,
+            ack_t,
+            ours_t,
+            base,
+            floor_t,
+        ))
     })
     .await??;
     base = b;
@@ -1124,6 +1323,8 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
     }
     ea.shutdown().await;
     eb.shutdown().await;
+    floor_a.shutdown().await;
+    floor_b.shutdown().await;
     let commit_b2b = CommitBaseline::run(&mut base, n).await?;
     let (rb, cb) = (
         stats("raw quinn echo, back to back", echo_b2b),
@@ -1136,6 +1337,10 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
         stats("one redb commit (baseline, before each send)", redb_commit),
         stats("  echo + its 3 commits, as one sample", composite_t),
     );
+    let fl = stats(
+        "floor: commit, a request answered after a commit, commit",
+        floor_t,
+    );
     let b2b = o.p50_us / (rb.p50_us + 3.0 * cb.p50_us);
     let pooled = o.p50_us / (r.p50_us + 3.0 * c.p50_us);
     let doc = json!({"ours": o, "send_ack": a, "baseline_echo": r, "baseline_commit": c,
@@ -1144,15 +1349,22 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
                 "p50_ratio_echo_plus_3_commits_sum_of_p50s": pooled,
                 "baseline_echo_back_to_back": rb, "baseline_commit_back_to_back": cb,
                 "p50_ratio_echo_plus_3_commits_back_to_back": b2b,
+                "floor": fl, "p50_ratio_floor_to_echo_plus_3_commits": fl.p50_us / e3.p50_us,
+                "p50_ratio_to_floor": o.p50_us / fl.p50_us,
                 "mail_per_sec": mail_rate});
     if !args.json {
-        print_p50_p99([&r, &c, &e3, &rb, &cb, &o, &a]);
+        print_p50_p99([&r, &c, &e3, &fl, &rb, &cb, &o, &a]);
         println!(
             "  -> p50 {:.2}x a raw echo; {:.2}x echo + 3 redb commits (sampled before each send, p50 of their sum; {:.2}x the sum of their p50s); {:.2}x the same back to back",
             o.p50_us / r.p50_us,
             o.p50_us / e3.p50_us,
             pooled,
             b2b
+        );
+        println!(
+            "  -> the floor (the same three commits and one request, nothing else) is {:.2}x echo + 3 commits; mail is {:.2}x the floor",
+            fl.p50_us / e3.p50_us,
+            o.p50_us / fl.p50_us
         );
         println!(
             "throughput: {total} sends, 32 in flight, until all transmitted: {mail_rate:.0} messages/s ({:.2}x one redb commit per message, back to back)",
@@ -1363,7 +1575,6 @@ async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
     say("load");
     let load = load::run(&quiet).await?;
     let f = |v: &Value| v.as_f64();
-    let echo = f(&fleet["pairs"][0]["baseline"]["p50_us"]);
     let send_ack = f(&fleet["send_ack"]["p50_us"]).zip(f(&fleet["rest_and_commit"]["p50_us"]));
     let ledger64 = ledger["ledger"]
         .as_array()
@@ -1380,10 +1591,8 @@ async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
         ),
         target(
             "send_to_pty",
-            "fleet_send -> bytes in an idle target's PTY / a bare rmcp stdio echo, p50",
-            f(&fleet["pairs"][1]["ours"]["p50_us"])
-                .zip(echo)
-                .map(|(o, e)| o / e),
+            "fleet_send -> bytes in an idle target's PTY / a bare rmcp stdio echo sampled before each send, after the same pause, p50",
+            f(&fleet["send_to_pty_ratio_to_echo_paired"]),
             "<=",
             3.0,
         ),
@@ -1516,7 +1725,6 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     let ours_mcp = stats("fleet_whoami via fleetd mcp shim", shim_t);
     // Where the shim's time goes: the same call on mcp.sock directly, without the shim.
     let direct_mcp = stats("  of which the daemon (mcp.sock direct)", direct_t);
-    let _ = echo.cancel().await;
     let _ = shim.cancel().await;
     let _ = direct.cancel().await;
 
@@ -1534,7 +1742,10 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
         rest,
         commits,
         rest_and_commit,
-    } = send_to_pty(&daemon, args.send_iterations, &commit_dir).await?;
+        floor,
+        echo: echo_paired,
+    } = send_to_pty(&daemon, args.send_iterations, &commit_dir, &echo).await?;
+    let _ = echo.cancel().await;
     // The same baselines back to back (hot), as they were measured before 2026-12-05.
     let rest_b2b = stats(
         "  a bare REST round trip, back to back",
@@ -1542,6 +1753,8 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     );
     let rest = stats("  a bare REST round trip (GET /whoami)", rest);
     let both = stats("  the two as one sample", rest_and_commit);
+    let floor = stats("floor: REST, commit, write to a PTY, its echo", floor);
+    let echo_paired = stats("  rmcp echo, sampled before each send", echo_paired);
     let (bdir, n) = (dir.path().to_path_buf(), args.send_iterations);
     let (raw_sync, commits_b2b) =
         tokio::task::spawn_blocking(move || durability_baselines(&bdir, n)).await??;
@@ -1562,6 +1775,13 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     let doc = json!({"pairs": v, "send_ack": acked, "mcp_direct": direct_mcp, "rest": rest, "redb_commit": redb_commit, "raw_sync": raw_sync,
         "rest_back_to_back": rest_b2b, "redb_commit_back_to_back": commit_b2b,
         "rest_and_commit": both,
+        "send_floor": floor,
+        "send_floor_ratio_to_echo": floor.p50_us / base_mcp.p50_us,
+        "send_to_pty_ratio_to_floor": ours_send.p50_us / floor.p50_us,
+        "echo_paired": echo_paired,
+        "send_to_pty_ratio_to_echo_paired": ours_send.p50_us / echo_paired.p50_us,
+        "send_to_pty_ratio_to_echo_back_to_back": ours_send.p50_us / base_mcp.p50_us,
+        "send_floor_ratio_to_echo_paired": floor.p50_us / echo_paired.p50_us,
         "send_ack_ratio": acked.p50_us / both.p50_us,
         "send_ack_ratio_sum_of_p50s": acked.p50_us / (rest.p50_us + redb_commit.p50_us),
         "send_ack_ratio_back_to_back": acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)});
@@ -1605,6 +1825,20 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             acked.p50_us / both.p50_us,
             acked.p50_us / (rest.p50_us + redb_commit.p50_us),
             acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)
+        );
+        for s in [&floor, &echo_paired] {
+            println!(
+                "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
+                s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
+            );
+        }
+        println!(
+            "{:<38} the floor is {:.2}x the rmcp echo ({:.2}x the echo sampled before each send); send -> PTY is {:.2}x the floor, {:.2}x the echo sampled before each send",
+            "  -> send floor",
+            floor.p50_us / base_mcp.p50_us,
+            floor.p50_us / echo_paired.p50_us,
+            ours_send.p50_us / floor.p50_us,
+            ours_send.p50_us / echo_paired.p50_us
         );
     }
     Ok(doc)
