@@ -57,13 +57,6 @@ impl<T> Publisher<T> {
     pub fn modify(&self, change: impl FnOnce(&mut T)) {
         self.tx.send_modify(change);
     }
-
-    /// A reader of what this publishes.
-    pub fn view(&self) -> View<T> {
-        View {
-            rx: self.tx.subscribe(),
-        }
-    }
 }
 
 impl<K: Ord + Clone + Send + Sync + 'static, V: Send + Sync + 'static> Publisher<BTreeMap<K, V>> {
@@ -103,15 +96,6 @@ impl<K: Ord + Clone, V> EntryPublisher<K, V> {
         });
     }
 
-    /// Change this entry in place, if it is there.
-    pub fn modify(&self, change: impl FnOnce(&mut V)) {
-        self.all.modify(|m| {
-            if let Some(v) = m.get_mut(&self.key) {
-                change(v);
-            }
-        });
-    }
-
     pub fn clear(&self) {
         self.all.modify(|m| {
             m.remove(&self.key);
@@ -123,12 +107,6 @@ impl<T> View<T> {
     /// Read the current value through `f` (a short borrow; never held across an `.await`).
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         f(&self.rx.borrow())
-    }
-
-    /// Wait until the value satisfies `ready` (it may already), or the publisher is gone.
-    pub async fn wait_for(&self, ready: impl FnMut(&T) -> bool) -> bool {
-        let mut rx = self.rx.clone();
-        rx.wait_for(ready).await.is_ok()
     }
 }
 
@@ -155,7 +133,6 @@ mod tests {
         // A restarted owner (a clone of the publisher) writes to the same readers.
         p.clone().publish(7);
         assert_eq!(v2.get(), 7);
-        assert_eq!(p.view().get(), 7);
     }
 
     #[test]
@@ -165,24 +142,9 @@ mod tests {
         let b = p.entry("b".to_string());
         a.publish(1);
         b.publish(2);
-        a.modify(|x| *x += 10);
+        a.publish(11);
         assert_eq!(v.get(), BTreeMap::from([("a".into(), 11), ("b".into(), 2)]));
         b.clear();
-        b.modify(|x| *x = 99);
         assert_eq!(v.get(), BTreeMap::from([("a".into(), 11)]));
-    }
-
-    #[tokio::test]
-    async fn wait_for_returns_once_the_value_is_ready() {
-        let (p, v) = channel(0u32);
-        let w = tokio::spawn({
-            let v = v.clone();
-            async move { v.wait_for(|x| *x >= 2).await }
-        });
-        p.publish(1);
-        p.publish(2);
-        assert!(w.await.unwrap());
-        drop(p);
-        assert!(!v.wait_for(|x| *x > 5).await, "the publisher is gone");
     }
 }
