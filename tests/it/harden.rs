@@ -742,6 +742,17 @@ fn the_bench_harness_measures_every_target_at_a_small_scale() {
         mail["p50_ratio_to_floor"].as_f64().unwrap_or(0.0) > 0.0,
         "{mail}"
     );
+    // The disk's ceiling for the ledger's bytes, measured beside its rows.
+    let ceiling = &all["runs"]["ledger"]["ceiling"];
+    assert!(
+        ceiling["bytes_per_entry"].as_u64().unwrap_or(0) > 100,
+        "{ceiling}"
+    );
+    assert_eq!(ceiling["batches"][1]["entries_per_write"], 64, "{ceiling}");
+    assert!(
+        ceiling["best_ratio_to_fsync"].as_f64().unwrap_or(0.0) > 0.0,
+        "{ceiling}"
+    );
     let v = &all["runs"]["load"];
     assert_eq!(v["members"], 30);
     assert_eq!(v["pty_hosts"], 30, "{v}");

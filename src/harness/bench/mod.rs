@@ -663,6 +663,31 @@ fn fsync_rate(dir: &std::path::Path, secs: u64) -> anyhow::Result<f64> {
     Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// The disk's ceiling for the ledger's bytes: `k` lines of `line` bytes per write, one
+/// `fdatasync` each, for `secs` seconds; lines per second. No encoding, hashing, signing or
+/// waiting: what the writer could reach if all it did was write its batches.
+fn batch_sync_rate(dir: &std::path::Path, secs: u64, line: usize, k: usize) -> anyhow::Result<f64> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("ceiling-{k}.bin")))?;
+    let mut batch = vec![b'x'; line.max(1) * k];
+    for l in batch.chunks_mut(line.max(1)) {
+        if let Some(last) = l.last_mut() {
+            *last = b'\n';
+        }
+    }
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < stop {
+        f.write_all(&batch)?;
+        f.sync_data()?;
+        n += k as u64;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
 async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
     let dir = tempfile::Builder::new().prefix("fleetd-bench-").tempdir()?;
     let daemon = Daemon::start(dir.path(), None, std::env::current_exe()?).await?;
@@ -686,6 +711,17 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
         let (count, secs) = (after.0 - before.0, after.1 - before.1);
         rows.push((w, rate, n, count, secs / count.max(1) as f64));
     }
+    // The ceiling, right after the rows: the file's bytes per entry (its checkpoints included),
+    // 32 and 64 of them per write and sync.
+    let ledger_bytes = std::fs::metadata(dir.path().join("ledger.jsonl"))?.len();
+    let appended: u64 = rows.iter().map(|r| r.2).sum();
+    let line = (ledger_bytes / appended.max(1)).max(1) as usize;
+    let mut ceiling = vec![];
+    for k in [32usize, 64] {
+        let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
+        let r = tokio::task::spawn_blocking(move || batch_sync_rate(&d2, secs, line, k)).await??;
+        ceiling.push((k, r));
+    }
     let (d2, secs) = (dir.path().to_path_buf(), args.seconds);
     let fsync_after = tokio::task::spawn_blocking(move || fsync_rate(&d2, secs)).await??;
     let fsync = (fsync_before + fsync_after) / 2.0;
@@ -703,7 +739,15 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
         .iter()
         .map(|(w, r, n, c, mean)| json!({"writers": w, "appends_per_sec": r, "appends": n, "ratio_to_fsync": r / fsync, "syncs": c, "appends_per_sync": *n as f64 / (*c).max(1) as f64, "mean_sync_seconds": mean}))
         .collect();
-    let doc = json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries});
+    let best = ceiling.iter().map(|c| c.1).fold(0.0, f64::max);
+    let at64 = rows.iter().find(|r| r.0 == 64).map(|r| r.1);
+    let c: Vec<Value> = ceiling
+        .iter()
+        .map(|(k, r)| json!({"entries_per_write": k, "appends_per_sec": r, "ratio_to_fsync": r / fsync}))
+        .collect();
+    let doc = json!({"fsync_per_sec": fsync, "fsync_before": fsync_before, "fsync_after": fsync_after, "ledger": v, "verified_entries": report.entries,
+        "ceiling": {"bytes_per_entry": line, "batches": c, "best_ratio_to_fsync": best / fsync,
+            "writers_64_ratio_to_ceiling": at64.map(|r| r / best.max(f64::MIN_POSITIVE))}});
     if !args.json {
         println!(
             "raw 200 B append + fdatasync: {fsync:.0}/s (before {fsync_before:.0}/s, after {fsync_after:.0}/s)"
@@ -718,6 +762,18 @@ async fn run_ledger(args: &BenchArgs) -> anyhow::Result<Value> {
                 r / fsync,
                 *n as f64 / (*c).max(1) as f64,
                 mean * 1e6
+            );
+        }
+        for (k, r) in &ceiling {
+            println!(
+                "ceiling: {k} lines of {line} B per write + fdatasync: {r:.0} lines/s ({:.1}x fsync rate)",
+                r / fsync
+            );
+        }
+        if let Some(r) = at64 {
+            println!(
+                "  -> 64 writers reach {:.0}% of the best ceiling",
+                100.0 * r / best.max(f64::MIN_POSITIVE)
             );
         }
         println!(
