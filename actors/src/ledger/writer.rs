@@ -1,20 +1,21 @@
 //! The ledger writer's disk thread: the I/O shell of [`Pipeline`].
 //!
 //! The actor encodes each entry and pushes its line here; this thread writes and `fdatasync`s
-//! everything pushed while the previous write was in flight, as soon as that write returns (one
+//! everything pushed while the previous write was in flight, once that write returns (one
 //! write in flight at a time, so the file holds the lines in push order), reports each synced
 //! write (the actor answers its callers then), and signs the checkpoints the write made due,
-//! after reporting it, to go first in the next write. A failed write is reported and ends the
+//! after reporting it, to go first in the next write. The next write may wait for the callers
+//! just answered to append again, as [`Linger`] says (bounded by what the last sync took). A failed write is reported and ends the
 //! thread: nothing pushed after it is written. [`Writer::finish`] (and dropping a `Writer`)
 //! writes everything pushed, then the checkpoints that cover it, and syncs the file.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 
 use crate::ledger::state::sign_checkpoints;
-use fleetd_core::ledger::commit::{Due, Pipeline, Written};
+use fleetd_core::ledger::commit::{Due, Linger, Pipeline, Written};
 
 /// Where the writes go: the ledger file, or a fake in the tests.
 pub trait Sink: Send + 'static {
@@ -47,6 +48,8 @@ struct Shared {
     p: Pipeline,
     /// The thread is waiting for something to write (so a push must wake it).
     idle: bool,
+    /// While it lingers: wake it only once this many entries are queued.
+    wake_at: Option<usize>,
     /// Write what is left and end.
     stop: bool,
 }
@@ -75,6 +78,7 @@ impl Writer {
             Mutex::new(Shared {
                 p: Pipeline::new(synced),
                 idle: false,
+                wake_at: None,
                 stop: false,
             }),
             Condvar::new(),
@@ -95,8 +99,10 @@ impl Writer {
         let (m, cv) = &*self.shared;
         let mut g = lock(m);
         let queued = g.p.push(seq, line, due);
-        let wake = g.idle;
-        g.idle = false;
+        let wake = g.idle && g.wake_at.is_none_or(|k| g.p.queued_entries() >= k);
+        if wake {
+            g.idle = false;
+        }
         drop(g);
         if wake {
             cv.notify_one();
@@ -145,29 +151,64 @@ fn run(
 ) -> Result<u64, (u64, String)> {
     let (m, cv) = shared;
     let mut buf = String::new();
+    let epoch = Instant::now();
+    let micros = || epoch.elapsed().as_micros() as u64;
+    let mut linger = Linger::default();
     loop {
-        let upto = {
+        let (upto, entries) = {
             let mut g = lock(m);
             loop {
-                if let Some(upto) = g.p.take_write(&mut buf) {
-                    break upto;
-                }
-                if g.stop {
-                    let synced = g.p.synced();
-                    drop(g);
-                    return sink
-                        .sync_all()
-                        .map(|_| synced)
-                        .map_err(|e| (synced, format!("syncing the ledger failed: {e}")));
+                let now = micros();
+                // Stopping writes at once.
+                let hold = if g.stop {
+                    None
+                } else {
+                    linger.hold(g.p.queued_entries(), now)
+                };
+                if hold.is_none() {
+                    let entries = g.p.queued_entries();
+                    if let Some(upto) = g.p.take_write(&mut buf) {
+                        break (upto, entries);
+                    }
+                    if g.stop {
+                        let synced = g.p.synced();
+                        drop(g);
+                        return sink
+                            .sync_all()
+                            .map(|_| synced)
+                            .map_err(|e| (synced, format!("syncing the ledger failed: {e}")));
+                    }
                 }
                 g.idle = true;
-                g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                g.wake_at = hold.map(|_| linger.expect());
+                g = match hold {
+                    Some(until) => {
+                        let wait = Duration::from_micros(until.saturating_sub(now));
+                        cv.wait_timeout(g, wait)
+                            .map(|(g, _)| g)
+                            .unwrap_or_else(|p| p.into_inner().0)
+                    }
+                    None => cv.wait(g).unwrap_or_else(|p| p.into_inner()),
+                };
+                g.idle = false;
+                g.wake_at = None;
             }
         };
         let start = Instant::now();
         let r = sink.write_sync(buf.as_bytes());
-        let seconds = start.elapsed().as_secs_f64();
-        let written = lock(m).p.written(r.is_ok());
+        let took = start.elapsed();
+        let seconds = took.as_secs_f64();
+        let written = {
+            let mut g = lock(m);
+            let w = g.p.written(r.is_ok());
+            linger.synced(
+                entries,
+                g.p.queued_entries(),
+                micros(),
+                took.as_micros() as u64,
+            );
+            w
+        };
         match (written, r) {
             (Written::Synced { upto: u, sign }, _) => {
                 debug_assert_eq!(u, upto);
