@@ -6,7 +6,7 @@
 //!   bare rmcp echo server through the same stdio path (`fleetd echo-server`).
 //! - `fleet_send` -> the message visible in the target's PTY (REST send -> ticket -> durable
 //!   queue -> injector -> PTY host -> the agent echoes it -> back through the slot), against a
-//!   raw PTY echo (`cat` in a portable-pty) and the rmcp echo sampled in the same loop.
+//!   raw PTY echo (`cat` in a portable-pty) and the rmcp echo sampled after the same pause.
 //!
 //! Beside the baselines, the send and mail paths each have a floor: the same durable steps done
 //! by the least code that can do them (a bare axum handler that commits and writes to a PTY; a
@@ -383,6 +383,20 @@ async fn wait_idle(
     tokio::time::timeout(Duration::from_secs(10), fut).await
 }
 
+/// The steps 0..4 in an order of their own for iteration `i` (a fixed xorshift shuffle, so a
+/// run is repeatable).
+fn shuffled(i: u64) -> [usize; 4] {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut order = [0, 1, 2, 3];
+    for k in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(k, (x % (k as u64 + 1)) as usize);
+    }
+    order
+}
+
 /// A pause before each timed operation of an interleaved loop, so that each operation and its
 /// baseline start from the same state (threads parked, caches cold) instead of the first paying
 /// to wake the process for the one after it. A baseline made of several steps (a REST round trip
@@ -519,57 +533,73 @@ async fn send_to_pty(
     let mut floors = Vec::with_capacity(n);
     let mut echoes = Vec::with_capacity(n);
     for i in 0..n + 10 {
-        settle().await;
-        let t = Instant::now();
-        echo.call_tool(
-            CallToolRequestParams::new("echo".to_string()).with_arguments(
-                json!({"text": "x"})
-                    .as_object()
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        )
-        .await?;
-        let echo_t = t.elapsed();
-        settle().await;
-        let floor_t = floor.once(i).await?;
-        settle().await;
-        let t = Instant::now();
-        let _: Value = client
-            .get("/whoami")
-            .await
-            .map_err(|e| anyhow::anyhow!("GET /whoami: {e}"))?;
-        let rest_t = t.elapsed();
-        let commit_t = CommitBaseline::run(&mut base, 1).await?[0];
-        while screen.try_recv().is_ok() {}
-        settle().await;
-        let t = Instant::now();
-        let v: Value = client
-            .post(
-                "/members/sink/messages",
-                &json!({"message": format!("bench {i}")}),
-            )
-            .await?;
-        let acked = t.elapsed();
-        let ticket = v["ticket"]["id"].as_str().unwrap_or("").to_string();
-        let needle = format!("ticket {ticket} ");
-        let mut seen = String::new();
-        let found = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Ok(b) = screen.recv().await {
-                seen.push_str(&String::from_utf8_lossy(&b));
-                if seen.contains(&needle) {
-                    return true;
+        // Each step after the same pause, in an order shuffled per iteration: what ran just
+        // before a step changes its time on this VM (the REST baseline is ~100 µs faster after
+        // the floor than after a send), so no step may always follow the same one.
+        let (mut rest_t, mut commit_t, mut echo_t, mut floor_t) = Default::default();
+        let (mut visible, mut acked) = Default::default();
+        for step in shuffled(i as u64) {
+            settle().await;
+            match step {
+                0 => {
+                    let t = Instant::now();
+                    let _: Value = client
+                        .get("/whoami")
+                        .await
+                        .map_err(|e| anyhow::anyhow!("GET /whoami: {e}"))?;
+                    rest_t = t.elapsed();
+                    commit_t = CommitBaseline::run(&mut base, 1).await?[0];
+                }
+                1 => {
+                    let t = Instant::now();
+                    echo.call_tool(
+                        CallToolRequestParams::new("echo".to_string()).with_arguments(
+                            json!({"text": "x"})
+                                .as_object()
+                                .cloned()
+                                .unwrap_or_default(),
+                        ),
+                    )
+                    .await?;
+                    echo_t = t.elapsed();
+                }
+                2 => floor_t = floor.once(i).await?,
+                _ => {
+                    while screen.try_recv().is_ok() {}
+                    let t = Instant::now();
+                    let v: Value = client
+                        .post(
+                            "/members/sink/messages",
+                            &json!({"message": format!("bench {i}")}),
+                        )
+                        .await?;
+                    acked = t.elapsed();
+                    let ticket = v["ticket"]["id"].as_str().unwrap_or("").to_string();
+                    let needle = format!("ticket {ticket} ");
+                    let mut seen = String::new();
+                    let found = tokio::time::timeout(Duration::from_secs(10), async {
+                        while let Ok(b) = screen.recv().await {
+                            seen.push_str(&String::from_utf8_lossy(&b));
+                            if seen.contains(&needle) {
+                                return true;
+                            }
+                        }
+                        false
+                    })
+                    .await;
+                    anyhow::ensure!(
+                        matches!(found, Ok(true)),
+                        "message {ticket} never showed in the PTY"
+                    );
+                    visible = t.elapsed();
+                    wait_idle(&mut ev, "sink", Some(&ticket))
+                        .await
+                        .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
                 }
             }
-            false
-        })
-        .await;
-        anyhow::ensure!(
-            matches!(found, Ok(true)),
-            "message {ticket} never showed in the PTY"
-        );
+        }
         if i >= 10 {
-            out.push(t.elapsed());
+            out.push(visible);
             phases.push(acked);
             rest.push(rest_t);
             commits.push(commit_t);
@@ -577,9 +607,6 @@ async fn send_to_pty(
             floors.push(floor_t);
             echoes.push(echo_t);
         }
-        wait_idle(&mut ev, "sink", Some(&ticket))
-            .await
-            .map_err(|_| anyhow::anyhow!("the sink agent did not return to idle"))?;
     }
     let _ = fleet.stop(&Caller::Operator, "sink", false).await;
     floor.stop();
@@ -603,7 +630,7 @@ struct SendTimes {
     rest_and_commit: Vec<Duration>,
     /// [`SendFloor`]'s samples.
     floor: Vec<Duration>,
-    /// The rmcp stdio echo, sampled in the same loop after the same pause as the send.
+    /// The rmcp stdio echo, each after the same pause as a send (in a loop of its own).
     echo: Vec<Duration>,
 }
 
@@ -1286,37 +1313,49 @@ async fn run_mail(args: &BenchArgs) -> anyhow::Result<Value> {
         let (mut raw_t, mut redb_commit, mut composite_t) = (vec![], vec![], vec![]);
         let (mut ack_t, mut ours_t, mut floor_t) = (vec![], vec![], vec![]);
         for i in 0..n {
-            settle().await;
-            let t = Instant::now();
-            CommitBaseline::run(&mut near, 1).await?;
-            echo_once(&floor_conn, &payload, 1 << 20).await?;
-            CommitBaseline::run(&mut near, 1).await?;
-            floor_t.push(t.elapsed());
-            settle().await;
-            let t = Instant::now();
-            echo_once(&conn, &payload, 1 << 20).await?;
-            let echo = t.elapsed();
-            let three = CommitBaseline::run(&mut base, 3).await?;
-            // The composite as one sample: its three commits do not cost alike (the first
-            // wakes the blocking thread and the disk), so 3 x the median commit is not it.
-            composite_t.push(echo + three.iter().sum::<Duration>());
-            raw_t.push(echo);
-            redb_commit.extend(three);
-            settle().await;
-            let body = format!("bench message {i}");
-            // Subscribe before sending, so the transmitted event cannot be missed.
-            let mut sub = rx.resubscribe();
-            let t = Instant::now();
-            let r = fa.send(&lead, "lead@b", body, false, None).await?;
-            ack_t.push(t.elapsed());
-            let id = r.ticket.ticket.id;
-            loop {
-                let e = tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
-                if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
-                    break;
+            // The three steps after the same pause each, in an order shuffled per iteration
+            // (see `send_to_pty`).
+            for step in shuffled(i as u64).into_iter().filter(|&k| k < 3) {
+                settle().await;
+                match step {
+                    0 => {
+                        let t = Instant::now();
+                        echo_once(&conn, &payload, 1 << 20).await?;
+                        let echo = t.elapsed();
+                        let three = CommitBaseline::run(&mut base, 3).await?;
+                        // The composite as one sample: its three commits do not cost alike (the
+                        // first wakes the blocking thread and the disk), so 3 x the median commit
+                        // is not it.
+                        composite_t.push(echo + three.iter().sum::<Duration>());
+                        raw_t.push(echo);
+                        redb_commit.extend(three);
+                    }
+                    1 => {
+                        let t = Instant::now();
+                        CommitBaseline::run(&mut near, 1).await?;
+                        echo_once(&floor_conn, &payload, 1 << 20).await?;
+                        CommitBaseline::run(&mut near, 1).await?;
+                        floor_t.push(t.elapsed());
+                    }
+                    _ => {
+                        let body = format!("bench message {i}");
+                        // Subscribe before sending, so the transmitted event cannot be missed.
+                        let mut sub = rx.resubscribe();
+                        let t = Instant::now();
+                        let r = fa.send(&lead, "lead@b", body, false, None).await?;
+                        ack_t.push(t.elapsed());
+                        let id = r.ticket.ticket.id;
+                        loop {
+                            let e =
+                                tokio::time::timeout(Duration::from_secs(10), sub.recv()).await??;
+                            if matches!(e.kind, EventKind::Ticket { ticket, .. } if ticket == id) {
+                                break;
+                            }
+                        }
+                        ours_t.push(t.elapsed());
+                    }
                 }
             }
-            ours_t.push(t.elapsed());
         }
         anyhow::Ok((
             raw_t,
@@ -1647,7 +1686,7 @@ async fn run_all(args: &BenchArgs) -> anyhow::Result<Value> {
         ),
         target(
             "send_to_pty",
-            "fleet_send -> bytes in an idle target's PTY / a bare rmcp stdio echo sampled before each send, after the same pause, p50",
+            "fleet_send -> bytes in an idle target's PTY / a bare rmcp stdio echo after the same pause as each send, p50",
             f(&fleet["send_to_pty_ratio_to_echo_paired"]),
             "<=",
             3.0,
@@ -1810,7 +1849,7 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
     let rest = stats("  a bare REST round trip (GET /whoami)", rest);
     let both = stats("  the two as one sample", rest_and_commit);
     let floor = stats("floor: REST, commit, write to a PTY, its echo", floor);
-    let echo_paired = stats("  rmcp echo, sampled before each send", echo_paired);
+    let echo_paired = stats("  rmcp echo, after the same pause", echo_paired);
     let (bdir, n) = (dir.path().to_path_buf(), args.send_iterations);
     let (raw_sync, commits_b2b) =
         tokio::task::spawn_blocking(move || durability_baselines(&bdir, n)).await??;
@@ -1889,7 +1928,7 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             );
         }
         println!(
-            "{:<38} the floor is {:.2}x the rmcp echo ({:.2}x the echo sampled before each send); send -> PTY is {:.2}x the floor, {:.2}x the echo sampled before each send",
+            "{:<38} the floor is {:.2}x the rmcp echo ({:.2}x the echo after the same pause); send -> PTY is {:.2}x the floor, {:.2}x the echo after the same pause",
             "  -> send floor",
             floor.p50_us / base_mcp.p50_us,
             floor.p50_us / echo_paired.p50_us,
@@ -1898,4 +1937,33 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
         );
     }
     Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shuffled;
+
+    /// Every iteration runs each step once, and over a run no step always follows the same one:
+    /// each ordered pair of steps is adjacent in some iterations.
+    #[test]
+    fn each_iteration_runs_every_step_once_in_varied_orders() {
+        let mut first = [0usize; 4];
+        let mut after = [[0usize; 4]; 4];
+        for i in 0..400 {
+            let o = shuffled(i);
+            let mut sorted = o;
+            sorted.sort();
+            assert_eq!(sorted, [0, 1, 2, 3], "iteration {i}: {o:?}");
+            first[o[0]] += 1;
+            for w in o.windows(2) {
+                after[w[0]][w[1]] += 1;
+            }
+        }
+        assert!(first.iter().all(|&n| n > 50), "{first:?}");
+        for (a, row) in after.iter().enumerate() {
+            for (b, &n) in row.iter().enumerate() {
+                assert!(a == b || n > 50, "{a} before {b} only {n} times: {after:?}");
+            }
+        }
+    }
 }
