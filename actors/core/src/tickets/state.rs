@@ -690,11 +690,14 @@ impl Desk {
     }
 
     /// Keep at most `retention` tickets: drop the oldest resolved ones, acknowledged first.
+    /// Once over, it drops down to a tenth below the bound, so the walk over every ticket and
+    /// the commit of the deletions come once per `retention / 10` new tickets, not with each
+    /// (each send at the bound would otherwise pay a sort of all of them and a commit of one).
     fn trim(&mut self, fx: &mut Vec<Effect>) {
-        let excess = self.tickets.len().saturating_sub(self.retention);
-        if excess == 0 {
+        if self.tickets.len() <= self.retention {
             return;
         }
+        let excess = self.tickets.len() - (self.retention - self.retention / 10);
         let mut candidates: Vec<(bool, Millis, TicketId)> = self
             .tickets
             .values()
@@ -945,6 +948,33 @@ mod tests {
         assert!(fx.contains(&Effect::Delete(ids[1])), "{fx:?}");
         let (_, _) = send(&mut d, "w1", "z", 10, 103);
         assert_eq!(d.all().filter(|t| t.state == TicketState::Open).count(), 2);
+    }
+
+    #[test]
+    fn at_the_retention_bound_tickets_are_dropped_a_tenth_at_a_time_not_one_per_send() {
+        let mut d = Desk::new(vec![], 1, 100, 0);
+        for i in 0..100 {
+            send(&mut d, "w1", "x", 10, i);
+        }
+        d.tick(1_000); // all expired: each may be dropped
+        let mut trims = 0;
+        for i in 0..100 {
+            let (_, fx) = send(&mut d, "w1", "y", 10_000, 2_000 + i);
+            let deleted = fx.iter().filter(|e| matches!(e, Effect::Delete(_))).count();
+            if deleted > 0 {
+                trims += 1;
+                // Down to 90 from 101, or as many resolved ones as are left.
+                assert!(deleted <= 11, "{fx:?}");
+                assert!(trims > 1 || deleted == 11, "{fx:?}");
+            }
+            assert!(d.all().count() <= 100, "the bound holds");
+        }
+        assert!(trims <= 10, "{trims} trims in 100 sends");
+        // The ones dropped are resolved ones; every send of this loop is still there.
+        assert_eq!(
+            d.all().filter(|t| t.state == TicketState::Open).count(),
+            100
+        );
     }
 
     proptest! {
