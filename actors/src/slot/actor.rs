@@ -584,14 +584,17 @@ impl Actor for SlotActor {
         match msg {
             SlotMsg::Term(ev, _permit) => match ev {
                 TermEvent::Output(bytes) => {
-                    let fx = st.core.output(&bytes, now);
+                    // Viewers first: their copy does not wait for the screen's parse and the
+                    // status read from it (nothing else runs in between, so an attach still
+                    // sees a screen and then exactly the bytes after it).
                     if let Some(out) = &st.out {
                         if out.receiver_count() == 0 {
                             st.out = None;
                         } else {
-                            let _ = out.send(bytes);
+                            let _ = out.send(bytes.clone());
                         }
                     }
+                    let fx = st.core.output(&bytes, now);
                     st.apply(fx).await;
                 }
                 TermEvent::Screen(screen) => {
