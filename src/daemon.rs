@@ -531,18 +531,37 @@ impl Daemon {
                 (ApiActor, args.clone())
             }))
             .await?;
-        // Settled receipts beyond retention are trimmed now and then, by a supervised task.
+        // Settled receipts beyond retention are trimmed now and then, by a supervised task. Once
+        // the table is within retention the look is not repeated until a message has been added
+        // (only new messages grow it), so an idle daemon reads two keys every five minutes.
         let c2 = ctx.clone();
         fleet
             .start_child(ChildSpec::task("gc", "gc", move || {
                 let c = c2.clone();
                 Box::pin(async move {
                     let mut every = tokio::time::interval(Duration::from_secs(300));
+                    let mut settled: Option<(u64, usize)> = None;
                     loop {
                         every.tick().await;
                         let keep = c.config().tickets.retention;
-                        if let Err(e) = c.store.run(move |s| s.trim_messages(keep)).await {
-                            tracing::warn!(error = %e, "could not trim old receipts");
+                        let r = c
+                            .store
+                            .run(move |s| {
+                                let last = s.last_msg_id()?;
+                                if settled == Some((last, keep)) {
+                                    return Ok(settled);
+                                }
+                                s.trim_messages(keep)?;
+                                let within = s.message_count()? <= keep as u64;
+                                Ok(within.then_some((last, keep)))
+                            })
+                            .await;
+                        match r {
+                            Ok(s) => settled = s,
+                            Err(e) => {
+                                settled = None;
+                                tracing::warn!(error = %e, "could not trim old receipts");
+                            }
                         }
                     }
                 })

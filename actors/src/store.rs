@@ -420,6 +420,14 @@ impl Store {
         }
     }
 
+    /// How many messages are stored (a read of the table's length, not of the messages).
+    pub fn message_count(&self) -> Result<u64, StoreError> {
+        use redb::ReadableTableMetadata;
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MESSAGES)?;
+        Ok(t.len()?)
+    }
+
     /// The highest message id ever stored (ids are never reused).
     pub fn last_msg_id(&self) -> Result<u64, StoreError> {
         let tx = self.db.begin_read()?;
@@ -680,6 +688,8 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+        assert_eq!(s.message_count().unwrap(), 1);
         assert_eq!(s.trim_messages(0).unwrap(), 1);
+        assert_eq!(s.message_count().unwrap(), 0);
     }
 }
