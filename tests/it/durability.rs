@@ -146,6 +146,15 @@ async fn a_member_whose_process_died_while_the_daemon_was_down_is_marked_exited(
         .await
         .unwrap_err();
     assert!(e.to_string().contains("has exited"), "{e}");
+    // And leaves no ticket behind.
+    let all: Value = d.client.get("/tickets").await.unwrap();
+    let to_w1 = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["to"] == "w1" && t["state"] == "open")
+        .count();
+    assert_eq!(to_w1, 0, "{all}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
