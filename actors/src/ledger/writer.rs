@@ -5,9 +5,10 @@
 //! write in flight at a time, so the file holds the lines in push order), reports each synced
 //! write (the actor answers its callers then), and signs the checkpoints the write made due,
 //! after reporting it, to go first in the next write. The next write may wait for the callers
-//! just answered to append again, as [`Linger`] says (bounded by what the last sync took). A failed write is reported and ends the
-//! thread: nothing pushed after it is written. [`Writer::finish`] (and dropping a `Writer`)
-//! writes everything pushed, then the checkpoints that cover it, and syncs the file.
+//! just answered to append again, as [`Linger`] says (bounded by what the last sync took). A
+//! failed write is reported and ends the thread: nothing pushed after it is written.
+//! [`Writer::finish`] (and dropping a `Writer`) writes everything pushed, then the checkpoints
+//! that cover it, and syncs the file.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
