@@ -544,18 +544,7 @@ impl Daemon {
                     loop {
                         every.tick().await;
                         let keep = c.config().tickets.retention;
-                        let r = c
-                            .store
-                            .run(move |s| {
-                                let last = s.last_msg_id()?;
-                                if settled == Some((last, keep)) {
-                                    return Ok(settled);
-                                }
-                                s.trim_messages(keep)?;
-                                let within = s.message_count()? <= keep as u64;
-                                Ok(within.then_some((last, keep)))
-                            })
-                            .await;
+                        let r = c.store.run(move |s| s.sweep_receipts(keep, settled)).await;
                         match r {
                             Ok(s) => settled = s,
                             Err(e) => {

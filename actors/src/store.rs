@@ -446,6 +446,24 @@ impl Store {
         Ok(self.last_msg_id()?.max(reserved))
     }
 
+    /// One look of the receipt sweep: trim to `keep` ([`Store::trim_messages`]), unless the
+    /// last look (`settled`) left the table within `keep` and no message was added since (only
+    /// new messages grow it), in which case only the last id is read. Returns what to hand the
+    /// next look: `Some` once the table is within `keep`.
+    pub fn sweep_receipts(
+        &self,
+        keep: usize,
+        settled: Option<(u64, usize)>,
+    ) -> Result<Option<(u64, usize)>, StoreError> {
+        let last = self.last_msg_id()?;
+        if settled == Some((last, keep)) {
+            return Ok(settled);
+        }
+        self.trim_messages(keep)?;
+        let within = self.message_count()? <= keep as u64;
+        Ok(within.then_some((last, keep)))
+    }
+
     /// Forget the oldest final messages beyond `keep` (receipts of settled messages).
     pub fn trim_messages(&self, keep: usize) -> Result<usize, StoreError> {
         let all = self.load_messages()?;
@@ -642,6 +660,48 @@ mod tests {
         })
         .unwrap();
         assert_eq!(tickets(&s), vec![b(8, 2)]);
+    }
+
+    #[test]
+    fn the_receipt_sweep_looks_again_only_after_a_message_was_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("s.redb")).unwrap();
+        let msg = |id, state| Message {
+            id: MsgId(id),
+            target: MemberName::new("w1").unwrap(),
+            from: Party::Operator,
+            ticket: None,
+            body: "hi".into(),
+            state,
+            queued_at: 1,
+            delivered_at: None,
+            settled_at: None,
+            note: None,
+            altered: None,
+        };
+        let put = |ms: Vec<Message>| {
+            s.commit(&Batch {
+                messages: ms,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        put((1..=3).map(|i| msg(i, ReceiptState::Queued)).collect());
+        // Nothing final to trim: over `keep`, so the next look trims again.
+        assert_eq!(s.sweep_receipts(1, None).unwrap(), None);
+        put((1..=3).map(|i| msg(i, ReceiptState::Accepted)).collect());
+        let settled = s.sweep_receipts(1, None).unwrap();
+        assert_eq!(settled, Some((3, 1)));
+        assert_eq!(s.message_count().unwrap(), 1);
+        // Message 2 again (no new id): the look is skipped, so it stays.
+        put(vec![msg(2, ReceiptState::Accepted)]);
+        assert_eq!(s.sweep_receipts(1, settled).unwrap(), settled);
+        assert_eq!(s.message_count().unwrap(), 2);
+        // Another bound, or a new message: a full look again.
+        assert_eq!(s.sweep_receipts(2, settled).unwrap(), Some((3, 2)));
+        put(vec![msg(4, ReceiptState::Accepted)]);
+        assert_eq!(s.sweep_receipts(1, Some((3, 1))).unwrap(), Some((4, 1)));
+        assert_eq!(s.message_count().unwrap(), 1);
     }
 
     #[test]
