@@ -1881,17 +1881,19 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
         "send_ack_ratio_sum_of_p50s": acked.p50_us / (rest.p50_us + redb_commit.p50_us),
         "send_ack_ratio_back_to_back": acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)});
     if !args.json {
+        let row = |s: &Stats| {
+            println!(
+                "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
+                s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
+            )
+        };
         println!(
             "{:<38} {:>7} {:>10} {:>10} {:>10} {:>9}",
             "measurement", "n", "p50 µs", "p99 µs", "mean µs", "ops/s"
         );
         for (o, b) in rows {
-            for s in [b, o] {
-                println!(
-                    "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
-                    s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
-                );
-            }
+            row(b);
+            row(o);
             println!(
                 "{:<38} p50 ratio {:.2}x, p99 ratio {:.2}x",
                 "  -> ours / baseline",
@@ -1909,10 +1911,7 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             &commit_b2b,
             &raw_sync,
         ] {
-            println!(
-                "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
-                s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
-            );
+            row(s);
         }
         println!(
             "{:<38} p50 {:.2}x one REST round trip + one redb commit (sampled before each send, p50 of their sum; {:.2}x the sum of their p50s); {:.2}x the same measured back to back",
@@ -1921,12 +1920,8 @@ async fn run_fleet(args: &BenchArgs) -> anyhow::Result<Value> {
             acked.p50_us / (rest.p50_us + redb_commit.p50_us),
             acked.p50_us / (rest_b2b.p50_us + commit_b2b.p50_us)
         );
-        for s in [&floor, &echo_paired] {
-            println!(
-                "{:<38} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.0}",
-                s.name, s.n, s.p50_us, s.p99_us, s.mean_us, s.per_sec
-            );
-        }
+        row(&floor);
+        row(&echo_paired);
         println!(
             "{:<38} the floor is {:.2}x the rmcp echo ({:.2}x the echo after the same pause); send -> PTY is {:.2}x the floor, {:.2}x the echo after the same pause",
             "  -> send floor",
