@@ -5,6 +5,7 @@
 //! board). A restart rebuilds it from the board, which the ledger writer replays from the file.
 //! Must never append without the core's consent, and never close a decision by itself.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -16,8 +17,9 @@ use crate::decision::state::{
 use crate::directory::{Directory, Mailbox};
 use crate::error::{ErrorKind, FleetError};
 use crate::events::EventKind;
-use crate::ledger::actor::{LedgerMsg, NewDecision};
-use crate::ledger::state::{Author, Entry};
+use crate::ledger::actor::LedgerMsg;
+use crate::ledger::appender::{Answer, Appender, NewDecision};
+use crate::ledger::state::{Author, Entry, Prepared};
 use crate::types::{Caller, DecisionId};
 
 pub enum DecisionMsg {
@@ -64,38 +66,53 @@ async fn ledger(ctx: &SharedCtx) -> Result<Mailbox<LedgerMsg>, FleetError> {
     }
 }
 
-/// Append through the ledger writer and wait until the entry is synced.
+/// The ledger's append path, waiting out its writer's restart.
+async fn appender(ctx: &SharedCtx) -> Result<Arc<Appender>, FleetError> {
+    match ctx
+        .dir
+        .wait_for(|d| d.appender().ok(), Duration::from_secs(5))
+        .await
+    {
+        Some(a) => Ok(a),
+        None => ctx.dir.appender(),
+    }
+}
+
+/// How long an append may wait for its sync.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An append's answer, once its entry is synced (bounded by [`APPEND_TIMEOUT`]).
+async fn synced(answer: Answer) -> Result<Entry, FleetError> {
+    match tokio::time::timeout(APPEND_TIMEOUT, answer).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(FleetError::unavailable(
+            "the decision ledger",
+            "the ledger writer stopped before the append was synced",
+        )),
+        Err(_) => Err(FleetError::timeout(
+            "an append to the decision ledger",
+            format!("no sync within {} ms", APPEND_TIMEOUT.as_millis()),
+            "the same request again; if it keeps timing out, see the daemon log",
+        )),
+    }
+}
+
+/// Append to the ledger and wait until the entry is synced.
 pub async fn append(
     ctx: &SharedCtx,
     author: Author,
     event: DecisionEvent,
 ) -> Result<Entry, FleetError> {
-    ledger(ctx)
-        .await?
-        .call(
-            |reply| LedgerMsg::Append {
-                author,
-                event,
-                reply,
-            },
-            Duration::from_secs(30),
-        )
-        .await?
+    // Encoded and mostly hashed here, on the caller's task; the chain adds the rest.
+    let entry = Prepared::new(author, event);
+    let answer = appender(ctx).await?.append(entry);
+    synced(answer).await
 }
 
-/// Open a decision: the ledger writer gives it the next id, appends and syncs its `open`.
+/// Open a decision: the ledger gives it the next id, appends and syncs its `open`.
 pub async fn open(ctx: &SharedCtx, author: Author, open: NewDecision) -> Result<Entry, FleetError> {
-    ledger(ctx)
-        .await?
-        .call(
-            |reply| LedgerMsg::Open {
-                author,
-                open,
-                reply,
-            },
-            Duration::from_secs(30),
-        )
-        .await?
+    let answer = appender(ctx).await?.open(author, open);
+    synced(answer).await
 }
 
 impl DecisionState {

@@ -1,34 +1,37 @@
-//! The ledger writer: the one actor that appends to `<state-dir>/ledger.jsonl`.
+//! The ledger writer: the one actor that owns `<state-dir>/ledger.jsonl`.
 //!
-//! Pipelined group commit: the actor encodes each `Append` (hash chain, canonical line) as it
-//! arrives and hands the line to its disk thread (`writer.rs`), which writes and `fdatasync`s
-//! everything handed over while the previous write was in flight, as soon as that write returns:
-//! one write in flight at a time, so lines reach the file in the order they were encoded. Nobody
-//! is answered before the sync of the write holding their entry returned (the thread reports
-//! `Synced`). Checkpoints (signed with the host key) are signed after the entries they cover are
-//! synced and written first in the next write, never before. A failed write breaks the ledger:
-//! its callers, and every entry encoded after it, are refused, and nothing more is written. At
-//! start the writer recovers the file: a torn final line (a crash mid-append) is reported and
-//! truncated to the last whole line; the file is verified; checkpoints a crash kept from being
-//! written are written; the decisions are replayed into the board. The writer owns the board
-//! (every decision as the ledger holds it, published for status and list) and hands out decision
-//! ids from it: each synced entry is applied to it before its caller is answered. A ledger that
-//! fails verification is not appended to (decisions are refused, naming the bad line); the rest
-//! of the daemon runs. Must never rewrite or reorder a line.
+//! Pipelined group commit, with the appends off this actor's mailbox: callers chain their entry
+//! through the [`Appender`] it publishes in the directory, whose lock queues each line for the
+//! disk thread (`writer.rs`), which writes and `fdatasync`s everything queued while the previous
+//! write was in flight, as soon as that write returns: one write in flight at a time, so lines
+//! reach the file in the order they were chained. Nobody is answered before the sync of the
+//! write holding their entry returned (the thread answers them then). Checkpoints (signed with
+//! the host key) are signed after the entries they cover are synced and written first in the
+//! next write, never before. A failed write breaks the ledger: its callers, and every entry
+//! chained after it, are refused, and nothing more is written. At start the writer recovers the
+//! file: a torn final line (a crash mid-append) is reported and truncated to the last whole
+//! line; the file is verified; checkpoints a crash kept from being written are written; the
+//! decisions are replayed into the board. The ledger owns the board (every decision as the
+//! ledger holds it, published for status and list) and hands out decision ids from it: each
+//! synced entry is applied to it before its caller is answered. A ledger that fails
+//! verification is not appended to (decisions are refused, naming the bad line); the rest of the
+//! daemon runs. At stop the actor withdraws the append path, then writes and syncs everything
+//! queued. Must never rewrite or reorder a line.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
 
 use crate::ctx::SharedCtx;
-use crate::decision::state::{Board, DecisionEvent, Refused};
+use crate::decision::state::{Board, Refused};
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
-use crate::ledger::commit::Waiting;
-use crate::ledger::state::{Author, Entry, LedgerCore, SyncTimes, entries, resume, verify};
-use crate::ledger::writer::{Report, Writer};
+use crate::ledger::appender::{Appender, Tip};
+use crate::ledger::state::{LedgerCore, SyncTimes, entries, resume, verify};
+use crate::ledger::writer::Writer;
 use crate::publish::Publisher;
 use crate::types::DecisionId;
 
@@ -36,21 +39,8 @@ use crate::types::DecisionId;
 pub const MAX_LEDGER_BYTES: u64 = 1 << 30;
 
 pub enum LedgerMsg {
-    Append {
-        author: Author,
-        event: DecisionEvent,
-        reply: RpcReplyPort<Result<Entry, FleetError>>,
-    },
-    /// From the disk thread: a write is synced, or failed.
-    Written(Report),
     Status {
         reply: RpcReplyPort<LedgerStatus>,
-    },
-    /// Append the `open` of a new decision, under the next decision id the board hands out.
-    Open {
-        author: Author,
-        open: NewDecision,
-        reply: RpcReplyPort<Result<Entry, FleetError>>,
     },
     /// The positions refused on decision `decision` (kept in the store, not in the ledger) are
     /// now `refused`: the board shows them.
@@ -59,16 +49,6 @@ pub enum LedgerMsg {
         refused: Vec<Refused>,
         reply: RpcReplyPort<()>,
     },
-}
-
-/// A decision to open, before the ledger gives it its id.
-#[derive(Debug)]
-pub struct NewDecision {
-    pub subject: String,
-    pub slots: Vec<String>,
-    /// RFC 3339.
-    pub deadline: String,
-    pub max_rounds: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -90,20 +70,14 @@ pub struct LedgerArgs {
 
 pub struct LedgerWriter;
 
-/// A caller waiting for its entry's sync: the entry, and who to answer.
-type Caller = (Entry, RpcReplyPort<Result<Entry, FleetError>>);
-
 pub struct LedgerState {
     ctx: SharedCtx,
     decisions: Publisher<Board>,
     path: PathBuf,
-    core: Option<LedgerCore>,
+    /// The append path this run publishes (the chain's tip, the callers waiting for a sync).
+    appender: Arc<Appender>,
     /// The disk thread (none if the ledger could not be opened).
     writer: Option<Writer>,
-    broken: Option<String>,
-    /// Callers of encoded entries, until the write holding theirs is synced.
-    waiting: Waiting<Caller>,
-    syncs: SyncTimes,
 }
 
 /// The outcome of opening the ledger file at start.
@@ -276,76 +250,6 @@ fn open_ledger(
     })
 }
 
-impl LedgerState {
-    /// Encode an entry and hand it to the disk thread (or refuse it: the ledger is broken).
-    fn append(
-        &mut self,
-        author: Author,
-        event: DecisionEvent,
-        reply: RpcReplyPort<Result<Entry, FleetError>>,
-    ) {
-        let now = self.ctx.now();
-        match (&self.broken, self.core.as_mut(), self.writer.as_ref()) {
-            (None, Some(core), Some(writer)) => {
-                let (entry, line) = core.append(author, event, now);
-                if writer.push(entry.seq, &line, core.due.drain(..)) {
-                    self.waiting.push(entry.seq, (entry, reply));
-                } else {
-                    // A write failed; its report is on its way: refuse as it will.
-                    let _ = reply.send(Err(FleetError::unavailable(
-                        "the decision ledger",
-                        "a write to it failed",
-                    )));
-                }
-            }
-            (why, _, _) => {
-                let why = why
-                    .clone()
-                    .unwrap_or_else(|| "the ledger is not open".into());
-                let _ = reply.send(Err(FleetError::unavailable("the decision ledger", why)));
-            }
-        }
-    }
-
-    /// Entries up to `upto` are synced: show them on the board, then answer their callers.
-    fn synced(&mut self, upto: u64) {
-        let done: Vec<Caller> = self.waiting.synced(upto).map(|(_, c)| c).collect();
-        if done.is_empty() {
-            return;
-        }
-        // The board shows an entry once it is synced, and before its caller hears of it.
-        self.decisions.modify(|board| {
-            for (entry, _) in &done {
-                board.apply(entry);
-            }
-        });
-        for (entry, reply) in done {
-            let _ = reply.send(Ok(entry));
-        }
-    }
-
-    /// A write failed: the ledger is broken; every caller still waiting is refused.
-    fn failed(&mut self, why: &str) {
-        let why = format!("writing {} failed: {why}", self.path.display());
-        tracing::error!(%why, "ledger write failed; decisions are refused from now on");
-        self.broken = Some(why.clone());
-        self.core = None;
-        for (_, (_, reply)) in self.waiting.all() {
-            let _ = reply.send(Err(FleetError::internal("the ledger append", why.clone())));
-        }
-    }
-
-    fn written(&mut self, r: Report) {
-        match r {
-            Report::Synced { upto, seconds } => {
-                self.syncs.observe(seconds);
-                self.synced(upto);
-            }
-            Report::Failed { why, .. } => self.failed(&why),
-        }
-    }
-}
-
 impl Actor for LedgerWriter {
     type Msg = LedgerMsg;
     type State = LedgerState;
@@ -374,35 +278,49 @@ impl Actor for LedgerWriter {
             .unwrap_or_default();
         args.decisions
             .publish(Board::replay(&entries(&opened.text), refused));
+        let appender = Arc::new(Appender::new(
+            opened.core,
+            opened.broken,
+            args.decisions.clone(),
+            ctx.clock.clone(),
+            ctx.mailbox_cap(),
+            path.display().to_string(),
+        ));
+        let writer = match (opened.file, appender.tip()) {
+            (
+                Some(file),
+                Tip {
+                    origin: Some(origin),
+                    entries,
+                    ..
+                },
+            ) => {
+                // The thread answers the callers itself; it holds the appender weakly, so a
+                // writer that ends (or is dropped) is not kept alive by its own thread.
+                let me = Arc::downgrade(&appender);
+                let w = Writer::start(file, entries, origin, ctx.host_key.clone(), move |r| {
+                    if let Some(a) = me.upgrade() {
+                        a.report(r);
+                    }
+                })?;
+                appender.started(w.pusher());
+                Some(w)
+            }
+            _ => None,
+        };
+        let id = myself.get_id();
         ctx.dir.set_ledger(Some(Mailbox::new(
             myself.clone(),
             ctx.mailbox_cap(),
             "the ledger writer",
         )));
-        let writer = match (opened.file, opened.core.as_ref()) {
-            (Some(file), Some(core)) => {
-                let me = myself.clone();
-                Some(Writer::start(
-                    file,
-                    core.seq,
-                    core.origin.clone(),
-                    ctx.host_key.clone(),
-                    move |r| {
-                        let _ = me.cast(LedgerMsg::Written(r));
-                    },
-                )?)
-            }
-            _ => None,
-        };
+        ctx.dir.set("", Some(id), appender.clone());
         Ok(LedgerState {
             ctx,
             decisions: args.decisions,
             path,
-            core: opened.core,
+            appender,
             writer,
-            broken: opened.broken,
-            waiting: Waiting::default(),
-            syncs: SyncTimes::default(),
         })
     }
 
@@ -411,29 +329,18 @@ impl Actor for LedgerWriter {
         myself: ActorRef<LedgerMsg>,
         st: &mut LedgerState,
     ) -> Result<(), ActorProcessingErr> {
-        // Everything encoded, then the checkpoints that cover it; then the file is synced. The
-        // thread's reports still in the mailbox are not read: its end result says it all.
+        // New appends wait for the next run; everything queued is written, then the checkpoints
+        // that cover it, then the file is synced (the thread answers each caller as before).
+        st.ctx.dir.remove_actor(myself.get_id());
         if let Some(w) = st.writer.take() {
             let end = tokio::task::spawn_blocking(move || w.finish())
                 .await
                 .unwrap_or_else(|e| Err((0, e.to_string())));
-            match end {
-                Ok(upto) => st.synced(upto),
-                Err((upto, why)) => {
-                    st.synced(upto);
-                    if st.broken.is_none() {
-                        st.failed(&why);
-                    }
-                }
+            if let Err((_, why)) = end {
+                st.appender.failed(&why);
             }
         }
-        for (_, (_, reply)) in st.waiting.all() {
-            let _ = reply.send(Err(FleetError::unavailable(
-                "the decision ledger",
-                "the ledger writer stopped",
-            )));
-        }
-        st.ctx.dir.remove_actor(myself.get_id());
+        st.appender.stopped();
         Ok(())
     }
 
@@ -444,29 +351,6 @@ impl Actor for LedgerWriter {
         st: &mut LedgerState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            LedgerMsg::Append {
-                author,
-                event,
-                reply,
-            } => st.append(author, event, reply),
-            LedgerMsg::Open {
-                author,
-                open,
-                reply,
-            } => {
-                let mut id = DecisionId(0);
-                if st.broken.is_none() && st.core.is_some() {
-                    st.decisions.modify(|b| id = b.allocate());
-                }
-                let event = DecisionEvent::Open {
-                    decision: id,
-                    subject: open.subject,
-                    slots: open.slots,
-                    deadline: open.deadline,
-                    max_rounds: open.max_rounds,
-                };
-                st.append(author, event, reply);
-            }
             LedgerMsg::Refused {
                 decision,
                 refused,
@@ -475,23 +359,15 @@ impl Actor for LedgerWriter {
                 st.decisions.modify(|b| b.set_refused(decision, refused));
                 let _ = reply.send(());
             }
-            LedgerMsg::Written(r) => st.written(r),
             LedgerMsg::Status { reply } => {
+                let tip = st.appender.tip();
                 let _ = reply.send(LedgerStatus {
                     path: st.path.display().to_string(),
-                    origin: st
-                        .core
-                        .as_ref()
-                        .map(|c| c.origin.clone())
-                        .unwrap_or_else(|| st.ctx.ledger_origin()),
-                    entries: st.core.as_ref().map(|c| c.seq).unwrap_or(0),
-                    head: st
-                        .core
-                        .as_ref()
-                        .map(|c| crate::ledger::state::hex(&c.head))
-                        .unwrap_or_default(),
-                    broken: st.broken.clone(),
-                    syncs: st.syncs.clone(),
+                    origin: tip.origin.unwrap_or_else(|| st.ctx.ledger_origin()),
+                    entries: tip.entries,
+                    head: tip.head,
+                    broken: tip.broken,
+                    syncs: tip.syncs,
                 });
             }
         }
@@ -501,6 +377,11 @@ impl Actor for LedgerWriter {
 
 /// How the ledger writer is found: the directory's entry for it, registered by the actor itself.
 impl Directory {
+    /// The ledger's append path, while its writer runs.
+    pub fn appender(&self) -> Result<Arc<Appender>, FleetError> {
+        self.get::<Arc<Appender>>("")
+            .ok_or_else(|| FleetError::unavailable("the ledger writer", "it is restarting"))
+    }
     pub fn ledger(&self) -> Result<Mailbox<LedgerMsg>, FleetError> {
         self.get::<Mailbox<LedgerMsg>>("")
             .ok_or_else(|| FleetError::unavailable("the ledger writer", "it is restarting"))

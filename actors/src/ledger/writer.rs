@@ -1,9 +1,9 @@
 //! The ledger writer's disk thread: the I/O shell of [`Pipeline`].
 //!
-//! The actor encodes each entry and pushes its line here; this thread writes and `fdatasync`s
-//! everything pushed while the previous write was in flight, once that write returns (one
-//! write in flight at a time, so the file holds the lines in push order), reports each synced
-//! write (the actor answers its callers then), and signs the checkpoints the write made due,
+//! The appender chains each entry and pushes its line here (through a [`Pusher`]); this thread
+//! writes and `fdatasync`s everything pushed while the previous write was in flight, once that
+//! write returns (one write in flight at a time, so the file holds the lines in push order),
+//! reports each synced write (the report answers their callers), and signs the checkpoints the write made due,
 //! after reporting it, to go first in the next write. The next write may wait for the callers
 //! just answered to append again, as [`Linger`] says (bounded by what the last sync took). A
 //! failed write is reported and ends the thread: nothing pushed after it is written.
@@ -57,7 +57,7 @@ struct Shared {
 
 /// The handle on the disk thread.
 pub struct Writer {
-    shared: Arc<(Mutex<Shared>, Condvar)>,
+    pusher: Pusher,
     thread: Option<std::thread::JoinHandle<Result<u64, (u64, String)>>>,
 }
 
@@ -89,26 +89,20 @@ impl Writer {
             .name("fleetd-ledger".into())
             .spawn(move || run(&s2, sink, &origin, &key, report))?;
         Ok(Writer {
-            shared,
+            pusher: Pusher { shared },
             thread: Some(thread),
         })
     }
 
-    /// Queue entry `seq`'s line for the next write; false if a write has failed (it never will
-    /// be written).
+    /// Queue entry `seq`'s line for the next write; false if a write has failed or the thread
+    /// is stopping (it never will be written).
     pub fn push(&self, seq: u64, line: &str, due: impl IntoIterator<Item = Due>) -> bool {
-        let (m, cv) = &*self.shared;
-        let mut g = lock(m);
-        let queued = g.p.push(seq, line, due);
-        let wake = g.idle && g.wake_at.is_none_or(|k| g.p.queued_entries() >= k);
-        if wake {
-            g.idle = false;
-        }
-        drop(g);
-        if wake {
-            cv.notify_one();
-        }
-        queued
+        self.pusher.push(seq, line, due)
+    }
+
+    /// A handle that queues lines for this thread, for whoever encodes them.
+    pub fn pusher(&self) -> Pusher {
+        self.pusher.clone()
     }
 
     /// Write everything pushed and the checkpoints that cover it, sync the file, and end the
@@ -118,7 +112,7 @@ impl Writer {
     }
 
     fn stop_and_join(&mut self) -> Result<u64, (u64, String)> {
-        let (m, cv) = &*self.shared;
+        let (m, cv) = &*self.pusher.shared;
         let Some(t) = self.thread.take() else {
             return Err((lock(m).p.synced(), "the ledger writer has ended".into()));
         };
@@ -130,6 +124,35 @@ impl Writer {
                 "the ledger writer thread panicked".into(),
             ))
         })
+    }
+}
+
+/// Queues lines for a [`Writer`]'s thread; ends with it (a push after the writer stopped is
+/// refused, never left unwritten).
+#[derive(Clone)]
+pub struct Pusher {
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+}
+
+impl Pusher {
+    /// Queue entry `seq`'s line for the next write; false if a write has failed or the thread
+    /// is stopping (it never will be written).
+    pub fn push(&self, seq: u64, line: &str, due: impl IntoIterator<Item = Due>) -> bool {
+        let (m, cv) = &*self.shared;
+        let mut g = lock(m);
+        if g.stop {
+            return false;
+        }
+        let queued = g.p.push(seq, line, due);
+        let wake = g.idle && g.wake_at.is_none_or(|k| g.p.queued_entries() >= k);
+        if wake {
+            g.idle = false;
+        }
+        drop(g);
+        if wake {
+            cv.notify_one();
+        }
+        queued
     }
 }
 

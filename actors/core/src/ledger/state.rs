@@ -170,17 +170,24 @@ fn push_opt_str_json(out: &mut String, s: &Option<String>) {
 /// The canonical line of an entry, written directly in sorted-key order (the append hot path).
 /// Equal to `line_of(entry)` by construction; a property test holds it to that.
 pub fn entry_line(e: &Entry) -> String {
+    let mut o = String::with_capacity(320);
+    push_entry_body(&mut o, &e.actor, &e.event);
+    push_entry_tail(&mut o, &e.prev, e.seq, &e.ts);
+    o
+}
+
+/// An entry's line up to its `prev`: its author and event, which do not depend on the chain.
+fn push_entry_body(o: &mut String, actor: &Author, event: &DecisionEvent) {
     use crate::decision::event::{Outcome, SlotResult};
     use std::fmt::Write;
-    let mut o = String::with_capacity(320);
     o.push_str("{\"actor\":{\"member\":");
-    push_str_json(&mut o, &e.actor.member);
+    push_str_json(o, &actor.member);
     o.push_str(",\"role\":");
-    push_str_json(&mut o, &e.actor.role);
+    push_str_json(o, &actor.role);
     o.push_str(",\"slot\":");
-    push_opt_str_json(&mut o, &e.actor.slot);
+    push_opt_str_json(o, &actor.slot);
     o.push_str("},\"event\":{");
-    match &e.event {
+    match event {
         DecisionEvent::Open {
             decision,
             subject,
@@ -189,7 +196,7 @@ pub fn entry_line(e: &Entry) -> String {
             max_rounds,
         } => {
             o.push_str("\"deadline\":");
-            push_str_json(&mut o, deadline);
+            push_str_json(o, deadline);
             let _ = write!(
                 o,
                 ",\"decision\":\"{decision}\",\"max_rounds\":{max_rounds},\"slots\":["
@@ -198,10 +205,10 @@ pub fn entry_line(e: &Entry) -> String {
                 if i > 0 {
                     o.push(',');
                 }
-                push_str_json(&mut o, sl);
+                push_str_json(o, sl);
             }
             o.push_str("],\"subject\":");
-            push_str_json(&mut o, subject);
+            push_str_json(o, subject);
             o.push_str(",\"type\":\"open\"");
         }
         DecisionEvent::Position {
@@ -217,13 +224,13 @@ pub fn entry_line(e: &Entry) -> String {
             content,
         } => {
             o.push_str("\"content\":");
-            push_str_json(&mut o, content);
+            push_str_json(o, content);
             let _ = write!(
                 o,
                 ",\"decision\":\"{decision}\",\"round\":{round},\"slot\":"
             );
-            push_str_json(&mut o, slot);
-            o.push_str(if matches!(e.event, DecisionEvent::Position { .. }) {
+            push_str_json(o, slot);
+            o.push_str(if matches!(event, DecisionEvent::Position { .. }) {
                 ",\"type\":\"position\""
             } else {
                 ",\"type\":\"abstain\""
@@ -244,7 +251,7 @@ pub fn entry_line(e: &Entry) -> String {
                     Outcome::Degraded => "degraded",
                 }
             );
-            push_str_json(&mut o, rationale);
+            push_str_json(o, rationale);
             o.push_str(",\"slots\":[");
             for (i, so) in slots.iter().enumerate() {
                 if i > 0 {
@@ -261,19 +268,49 @@ pub fn entry_line(e: &Entry) -> String {
                     None => o.push_str("null"),
                 }
                 o.push_str(",\"slot\":");
-                push_str_json(&mut o, &so.slot);
+                push_str_json(o, &so.slot);
                 o.push('}');
             }
             o.push_str("],\"type\":\"close\",\"verdict\":");
-            push_str_json(&mut o, verdict);
+            push_str_json(o, verdict);
         }
     }
+}
+
+/// The rest of an entry's line: what the chain gives it.
+fn push_entry_tail(o: &mut String, prev: &str, seq: u64, ts: &str) {
+    use std::fmt::Write;
     o.push_str("},\"prev\":");
-    push_str_json(&mut o, &e.prev);
-    let _ = write!(o, ",\"seq\":{},\"ts\":", e.seq);
-    push_str_json(&mut o, &e.ts);
+    push_str_json(o, prev);
+    let _ = write!(o, ",\"seq\":{seq},\"ts\":");
+    push_str_json(o, ts);
     o.push('}');
-    o
+}
+
+/// An entry's author and event, encoded and hashed as far as they go before it is chained: its
+/// line up to `prev`, and SHA-256 fed with that much. A caller prepares its entry on its own
+/// time; the chain ([`LedgerCore::chain`]) then adds only what depends on its tip.
+#[derive(Clone)]
+pub struct Prepared {
+    actor: Author,
+    event: DecisionEvent,
+    line: String,
+    hasher: Sha256,
+}
+
+impl Prepared {
+    pub fn new(actor: Author, event: DecisionEvent) -> Prepared {
+        let mut line = String::with_capacity(480);
+        push_entry_body(&mut line, &actor, &event);
+        let mut hasher = Sha256::new();
+        hasher.update(line.as_bytes());
+        Prepared {
+            actor,
+            event,
+            line,
+            hasher,
+        }
+    }
 }
 
 /// The canonical line of a serializable value.
@@ -352,6 +389,17 @@ impl LedgerCore {
     /// Append an event: the entry and its line. The caller must write and fsync the line
     /// before anyone is told, and before [`LedgerCore::checkpoints`] covers it.
     pub fn append(&mut self, actor: Author, event: DecisionEvent, now: Millis) -> (Entry, String) {
+        self.chain(Prepared::new(actor, event), now)
+    }
+
+    /// [`LedgerCore::append`] of an entry prepared beforehand.
+    pub fn chain(&mut self, p: Prepared, now: Millis) -> (Entry, String) {
+        let Prepared {
+            actor,
+            event,
+            mut line,
+            mut hasher,
+        } = p;
         let is_close = matches!(event, DecisionEvent::Close { .. });
         if self.ts.1.is_empty() || self.ts.0 != now {
             self.ts = (now, crate::clock::rfc3339(now));
@@ -363,9 +411,11 @@ impl LedgerCore {
             event,
             prev: hex(&self.head),
         };
-        let line = entry_line(&entry);
+        let body = line.len();
+        push_entry_tail(&mut line, &entry.prev, entry.seq, &entry.ts);
+        hasher.update(&line.as_bytes()[body..]);
         self.seq = entry.seq;
-        self.head = hash(&line);
+        self.head = hasher.finalize().into();
         if is_close || self.seq.is_multiple_of(self.every) {
             self.due.push((self.seq, self.head));
         }
@@ -949,6 +999,28 @@ mod tests {
             };
             let e = Entry { seq, ts: b.clone(), actor: Author { member: a.clone(), role: b.clone(), slot }, event, prev: a.clone() };
             prop_assert_eq!(entry_line(&e), line_of(&e));
+        }
+
+        /// An entry prepared by its caller and chained later gets the same line and head as one
+        /// encoded whole: its hash, begun on the author and event alone, ends where
+        /// `hash(line)` does.
+        #[test]
+        fn a_prepared_entry_chains_to_the_line_and_head_of_a_whole_encoding(a in arb_text(), b in arb_text(), slot in proptest::option::of(arb_text()), n in 1usize..4, now in 0u64..4_000_000_000_000, kind in 0u8..3) {
+            let (mut core, _) = LedgerCore::create("fleetd/test/ledger", 2);
+            for i in 0..n {
+                let event = match kind {
+                    0 => DecisionEvent::Open { decision: DecisionId(i as u64 + 1), subject: a.clone(), slots: vec![b.clone()], deadline: b.clone(), max_rounds: 2 },
+                    1 => DecisionEvent::Position { decision: DecisionId(1), slot: a.clone(), round: i as u32, content: b.clone() },
+                    _ => DecisionEvent::Abstain { decision: DecisionId(1), slot: b.clone(), round: 1, content: a.clone() },
+                };
+                let author = Author { member: a.clone(), role: b.clone(), slot: slot.clone() };
+                let prev = core.head;
+                let (entry, line) = core.chain(Prepared::new(author, event), now + i as u64);
+                prop_assert_eq!(&line, &entry_line(&entry));
+                prop_assert_eq!(core.head, hash(&line));
+                prop_assert_eq!(&entry.prev, &hex(&prev));
+                prop_assert_eq!(entry.seq, i as u64 + 1);
+            }
         }
     }
 
