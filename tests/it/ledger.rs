@@ -359,6 +359,46 @@ async fn when_the_lead_dies_the_decision_stays_open_and_visible_across_restarts(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_ledger_writer_keeps_every_answered_entry_and_takes_appends_again() {
+    let d = D::start().await;
+    d.spawn("lead", "primary", exec()).await;
+    let first = open(&d, &["opus"], 600).await;
+    let mut ev = d.events().await;
+    d.fault("ledger").await;
+    ev.until(
+        "restart",
+        |e| matches!(&e.kind, EventKind::Restarted { child, .. } if child == "ledger"),
+    )
+    .await;
+    // The new run recovered the file and its board: the next open gets the next id, and is
+    // appended after the first.
+    let second = open(&d, &["opus"], 600).await;
+    assert_ne!(first, second);
+    let list: Vec<Value> = d.client.get("/decisions").await.unwrap();
+    let ids: Vec<&str> = list.iter().filter_map(|v| v["id"].as_str()).collect();
+    assert!(
+        ids.contains(&first.as_str()) && ids.contains(&second.as_str()),
+        "{list:?}"
+    );
+    let (code, out, err) = verify(&d);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(d.state.join("ledger.jsonl")).unwrap();
+    let opens: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"type\":\"open\""))
+        .collect();
+    assert_eq!(opens.len(), 2, "{text}");
+    assert!(
+        opens[0].contains(&format!("\"decision\":\"{first}\"")),
+        "{text}"
+    );
+    assert!(
+        opens[1].contains(&format!("\"decision\":\"{second}\"")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_roles_of_the_table_may_open_record_and_close() {
     let d = D::start().await;
     d.spawn("lead", "primary", exec()).await;

@@ -157,6 +157,11 @@ impl Fleet {
         match target {
             "registry" => self.registry().await?.cast(RegistryMsg::Panic),
             "tickets" => self.desk().await?.cast(DeskMsg::Panic),
+            "ledger" => self
+                .ctx
+                .dir
+                .ledger()?
+                .cast(crate::ledger::actor::LedgerMsg::Panic),
             "mail" => self
                 .ctx
                 .dir

@@ -49,6 +49,8 @@ pub enum LedgerMsg {
         refused: Vec<Refused>,
         reply: RpcReplyPort<()>,
     },
+    /// Debug builds only: panic inside the actor, to exercise supervision.
+    Panic,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -358,6 +360,11 @@ impl Actor for LedgerWriter {
             } => {
                 st.decisions.modify(|b| b.set_refused(decision, refused));
                 let _ = reply.send(());
+            }
+            LedgerMsg::Panic => {
+                if cfg!(debug_assertions) {
+                    panic!("injected fault in the ledger writer");
+                }
             }
             LedgerMsg::Status { reply } => {
                 let tip = st.appender.tip();
