@@ -54,28 +54,29 @@ pub struct DecisionState {
     d: Decision,
 }
 
-/// The ledger writer, waiting out its restart.
-async fn ledger(ctx: &SharedCtx) -> Result<Mailbox<LedgerMsg>, FleetError> {
+/// What `get` finds in the directory, waiting out the restart of the actor behind it.
+async fn waited<X>(
+    ctx: &SharedCtx,
+    get: impl Fn(&Directory) -> Result<X, FleetError>,
+) -> Result<X, FleetError> {
     match ctx
         .dir
-        .wait_for(|d| d.ledger().ok(), Duration::from_secs(5))
+        .wait_for(|d| get(d).ok(), Duration::from_secs(5))
         .await
     {
-        Some(l) => Ok(l),
-        None => ctx.dir.ledger(),
+        Some(x) => Ok(x),
+        None => get(&ctx.dir),
     }
+}
+
+/// The ledger writer, waiting out its restart.
+async fn ledger(ctx: &SharedCtx) -> Result<Mailbox<LedgerMsg>, FleetError> {
+    waited(ctx, Directory::ledger).await
 }
 
 /// The ledger's append path, waiting out its writer's restart.
 async fn appender(ctx: &SharedCtx) -> Result<Arc<Appender>, FleetError> {
-    match ctx
-        .dir
-        .wait_for(|d| d.appender().ok(), Duration::from_secs(5))
-        .await
-    {
-        Some(a) => Ok(a),
-        None => ctx.dir.appender(),
-    }
+    waited(ctx, Directory::appender).await
 }
 
 /// How long an append may wait for its sync.

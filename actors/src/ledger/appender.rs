@@ -109,37 +109,41 @@ impl Appender {
     /// Chain an entry (prepared by the caller, outside the lock) and queue its line; the answer
     /// comes once it is synced.
     pub fn append(&self, entry: Prepared) -> Answer {
-        let (tx, rx) = oneshot::channel();
-        let mut c = self.lock();
-        if let Err(e) = self.admit(&c) {
-            drop(c);
-            let _ = tx.send(Err(e));
-            return rx;
-        }
-        self.chain_and_queue(&mut c, entry, tx);
-        rx
+        self.take(|_| entry)
     }
 
     /// Append the `open` of a new decision under the next decision id the board hands out (given
     /// out under the lock, so ids go into the ledger in order).
     pub fn open(&self, author: Author, open: NewDecision) -> Answer {
+        self.take(|a| {
+            let mut id = DecisionId(0);
+            a.decisions.modify(|b| id = b.allocate());
+            let event = DecisionEvent::Open {
+                decision: id,
+                subject: open.subject,
+                slots: open.slots,
+                deadline: open.deadline,
+                max_rounds: open.max_rounds,
+            };
+            Prepared::new(author, event)
+        })
+    }
+
+    /// Under the lock: if an append may be taken, make its entry (`make`) and chain and queue
+    /// it; else answer the refusal at once.
+    fn take(&self, make: impl FnOnce(&Self) -> Prepared) -> Answer {
         let (tx, rx) = oneshot::channel();
         let mut c = self.lock();
-        if let Err(e) = self.admit(&c) {
-            drop(c);
-            let _ = tx.send(Err(e));
-            return rx;
+        match self.admit(&c) {
+            Ok(()) => {
+                let entry = make(self);
+                self.chain_and_queue(&mut c, entry, tx);
+            }
+            Err(e) => {
+                drop(c);
+                let _ = tx.send(Err(e));
+            }
         }
-        let mut id = DecisionId(0);
-        self.decisions.modify(|b| id = b.allocate());
-        let event = DecisionEvent::Open {
-            decision: id,
-            subject: open.subject,
-            slots: open.slots,
-            deadline: open.deadline,
-            max_rounds: open.max_rounds,
-        };
-        self.chain_and_queue(&mut c, Prepared::new(author, event), tx);
         rx
     }
 
@@ -275,6 +279,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::error::ErrorKind;
     use crate::ledger::state::{LedgerCore, verify};
+    use crate::ledger::writer::testing::Gated;
     use crate::ledger::writer::{Sink, Writer};
     use crate::publish::View;
     use ed25519_dalek::SigningKey;
@@ -285,25 +290,6 @@ mod tests {
 
     fn key() -> SigningKey {
         SigningKey::from_bytes(&[42u8; 32])
-    }
-
-    /// A sink that hands each write to the test and waits for its verdict on it.
-    struct Gated {
-        writes: mpsc::Sender<String>,
-        verdicts: mpsc::Receiver<bool>,
-    }
-
-    impl Sink for Gated {
-        fn write_sync(&mut self, buf: &[u8]) -> std::io::Result<()> {
-            let _ = self.writes.send(String::from_utf8_lossy(buf).into_owned());
-            match self.verdicts.recv() {
-                Ok(true) => Ok(()),
-                _ => Err(std::io::Error::other("disk full")),
-            }
-        }
-        fn sync_all(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     /// An appender on a new ledger, its disk thread writing to `sink`, and the board's view.

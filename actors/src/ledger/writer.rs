@@ -261,15 +261,17 @@ fn run(
     }
 }
 
+/// A sink for the tests of the writer and its callers.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::Sink;
     use std::sync::mpsc;
 
-    /// A sink that hands each write to the test and waits for the test's verdict on it.
-    struct Gated {
-        writes: mpsc::Sender<String>,
-        verdicts: mpsc::Receiver<bool>,
+    /// A sink that hands each write to the test and waits for the test's verdict on it (false,
+    /// or a dropped sender, fails it as "disk full").
+    pub(crate) struct Gated {
+        pub writes: mpsc::Sender<String>,
+        pub verdicts: mpsc::Receiver<bool>,
     }
 
     impl Sink for Gated {
@@ -284,6 +286,13 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::Gated;
+    use super::*;
+    use std::sync::mpsc;
 
     fn writer() -> (
         Writer,
