@@ -29,7 +29,7 @@ use crate::ctx::SharedCtx;
 use crate::decision::state::{Board, Refused};
 use crate::directory::{Directory, Mailbox};
 use crate::error::FleetError;
-use crate::ledger::appender::{Appender, Tip};
+use crate::ledger::appender::Appender;
 use crate::ledger::state::{LedgerCore, SyncTimes, entries, resume, verify};
 use crate::ledger::writer::Writer;
 use crate::publish::Publisher;
@@ -280,6 +280,8 @@ impl Actor for LedgerWriter {
             .unwrap_or_default();
         args.decisions
             .publish(Board::replay(&entries(&opened.text), refused));
+        // Where the disk thread starts: the last entry on disk, and the ledger's origin.
+        let start = opened.core.as_ref().map(|c| (c.seq, c.origin.clone()));
         let appender = Arc::new(Appender::new(
             opened.core,
             opened.broken,
@@ -288,15 +290,8 @@ impl Actor for LedgerWriter {
             ctx.mailbox_cap(),
             path.display().to_string(),
         ));
-        let writer = match (opened.file, appender.tip()) {
-            (
-                Some(file),
-                Tip {
-                    origin: Some(origin),
-                    entries,
-                    ..
-                },
-            ) => {
+        let writer = match (opened.file, start) {
+            (Some(file), Some((entries, origin))) => {
                 // The thread answers the callers itself; it holds the appender weakly, so a
                 // writer that ends (or is dropped) is not kept alive by its own thread.
                 let me = Arc::downgrade(&appender);

@@ -226,33 +226,37 @@ impl Appender {
     /// A write failed: the ledger is broken from now on; every caller still waiting is refused.
     pub fn failed(&self, why: &str) {
         let why = format!("writing {} failed: {why}", self.path);
-        let waiting: Vec<Caller> = {
-            let mut c = self.lock();
-            if c.broken.is_none() {
-                tracing::error!(%why, "ledger write failed; decisions are refused from now on");
-                c.broken = Some(why.clone());
-            }
-            c.core = None;
-            c.waiting.all().map(|(_, c)| c).collect()
-        };
-        for (_, tx) in waiting {
-            let _ = tx.send(Err(FleetError::internal("the ledger append", why.clone())));
-        }
+        self.refuse_waiting(
+            |c| {
+                if c.broken.is_none() {
+                    tracing::error!(%why, "ledger write failed; decisions are refused from now on");
+                    c.broken = Some(why.clone());
+                }
+                c.core = None;
+            },
+            || FleetError::internal("the ledger append", why.clone()),
+        );
     }
 
     /// The writer stopped (its disk thread finished): take no more appends, and refuse any
     /// still waiting (none are, once the thread wrote everything it was handed).
     pub fn stopped(&self) {
+        self.refuse_waiting(
+            |c| c.pusher = None,
+            || FleetError::unavailable("the decision ledger", "the ledger writer stopped"),
+        );
+    }
+
+    /// Under the lock, `change` the chain and take every caller still waiting; then, outside
+    /// it, refuse each with `why`.
+    fn refuse_waiting(&self, change: impl FnOnce(&mut Chain), why: impl Fn() -> FleetError) {
         let waiting: Vec<Caller> = {
             let mut c = self.lock();
-            c.pusher = None;
+            change(&mut c);
             c.waiting.all().map(|(_, c)| c).collect()
         };
         for (_, tx) in waiting {
-            let _ = tx.send(Err(FleetError::unavailable(
-                "the decision ledger",
-                "the ledger writer stopped",
-            )));
+            let _ = tx.send(Err(why()));
         }
     }
 

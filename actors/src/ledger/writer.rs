@@ -3,12 +3,12 @@
 //! The appender chains each entry and pushes its line here (through a [`Pusher`]); this thread
 //! writes and `fdatasync`s everything pushed while the previous write was in flight, once that
 //! write returns (one write in flight at a time, so the file holds the lines in push order),
-//! reports each synced write (the report answers their callers), and signs the checkpoints the write made due,
-//! after reporting it, to go first in the next write. The next write may wait for the callers
-//! just answered to append again, as [`Linger`] says (bounded by what the last sync took). A
-//! failed write is reported and ends the thread: nothing pushed after it is written.
-//! [`Writer::finish`] (and dropping a `Writer`) writes everything pushed, then the checkpoints
-//! that cover it, and syncs the file.
+//! reports each synced write (the report answers their callers), and signs the checkpoints the
+//! write made due, after reporting it, to go first in the next write. The next write may wait
+//! for the callers just answered to append again, as [`Linger`] says (bounded by what the last
+//! sync took). A failed write is reported and ends the thread: nothing pushed after it is
+//! written. [`Writer::finish`] (and dropping a `Writer`) writes everything pushed, then the
+//! checkpoints that cover it, and syncs the file.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -92,12 +92,6 @@ impl Writer {
             pusher: Pusher { shared },
             thread: Some(thread),
         })
-    }
-
-    /// Queue entry `seq`'s line for the next write; false if a write has failed or the thread
-    /// is stopping (it never will be written).
-    pub fn push(&self, seq: u64, line: &str, due: impl IntoIterator<Item = Due>) -> bool {
-        self.pusher.push(seq, line, due)
     }
 
     /// A handle that queues lines for this thread, for whoever encodes them.
@@ -322,11 +316,11 @@ mod tests {
     #[test]
     fn lines_pushed_while_a_write_is_in_flight_go_out_next_in_order_and_only_synced_is_reported() {
         let (w, writes, verdicts, reports) = writer();
-        assert!(w.push(1, "one", []));
+        assert!(w.pusher().push(1, "one", []));
         assert_eq!(writes.recv().unwrap(), "one\n");
         // Write 1 is in flight (the sink holds it): 2..=4 queue behind it.
         for (seq, l) in [(2, "two"), (3, "three"), (4, "four")] {
-            assert!(w.push(seq, l, []));
+            assert!(w.pusher().push(seq, l, []));
         }
         assert!(reports.try_recv().is_err(), "nothing is synced yet");
         verdicts.send(true).unwrap();
@@ -348,9 +342,9 @@ mod tests {
     #[test]
     fn a_failed_write_is_reported_and_nothing_pushed_after_it_is_written() {
         let (w, writes, verdicts, reports) = writer();
-        assert!(w.push(1, "one", []));
+        assert!(w.pusher().push(1, "one", []));
         assert_eq!(writes.recv().unwrap(), "one\n");
-        assert!(w.push(2, "two", []));
+        assert!(w.pusher().push(2, "two", []));
         verdicts.send(false).unwrap();
         assert_eq!(
             reports.recv().unwrap(),
@@ -359,7 +353,10 @@ mod tests {
                 why: "disk full".into()
             }
         );
-        assert!(!w.push(3, "three", []), "a broken pipeline refuses lines");
+        assert!(
+            !w.pusher().push(3, "three", []),
+            "a broken pipeline refuses lines"
+        );
         assert_eq!(w.finish(), Err((0, "disk full".into())));
         assert!(
             writes.try_recv().is_err(),
@@ -373,7 +370,7 @@ mod tests {
         for v in [true, true] {
             verdicts.send(v).unwrap();
         }
-        assert!(w.push(1, "one", [(1, [7u8; 32])]));
+        assert!(w.pusher().push(1, "one", [(1, [7u8; 32])]));
         assert_eq!(w.finish(), Ok(1));
         assert_eq!(writes.recv().unwrap(), "one\n");
         let cp = writes.recv().unwrap();
