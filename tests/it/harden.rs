@@ -727,6 +727,32 @@ fn the_bench_harness_measures_every_target_at_a_small_scale() {
             v >= bound
         };
         assert_eq!(t["met"], met, "{t}");
+        // The bare steps beside the paths that have them (the send and mail floors, the
+        // disk's ceiling for the ledger), judged by the same bound; null for the others.
+        let has_bare = matches!(
+            t["id"].as_str(),
+            Some("send_to_pty" | "ledger_appends_64_writers" | "mail_send")
+        );
+        match t["bare"].as_f64() {
+            Some(b) => {
+                assert!(has_bare, "{t}");
+                assert!(b.is_finite() && b > 0.0, "{t}");
+                let bare_met = if t["op"] == "<=" {
+                    b <= bound
+                } else {
+                    b >= bound
+                };
+                assert_eq!(t["bare_met"], bare_met, "{t}");
+                assert!(
+                    t["bare_what"].as_str().is_some_and(|w| !w.is_empty()),
+                    "{t}"
+                );
+            }
+            None => {
+                assert!(!has_bare, "no bare steps: {t}");
+                assert!(t["bare_met"].is_null(), "{t}");
+            }
+        }
     }
     // The floors beside the send and mail paths, sampled with them.
     let fleet = &all["runs"]["fleet"];
