@@ -562,19 +562,23 @@ fn responses_turn(body: &Value) -> Option<Turn> {
         }
     }
     let items = body["input"].as_array()?;
-    let last_user = items
-        .iter()
-        .rposition(|i| i["type"] == "message" && i["role"] == "user");
-    let prompt = last_user
-        .map(|i| {
-            items[i]["content"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c["text"].as_str())
-                .collect::<String>()
-        })
-        .unwrap_or_default();
+    let text = |i: &Value| {
+        i["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["text"].as_str())
+            .collect::<String>()
+    };
+    // The prompt is the last user message that is not Codex's own context: Codex adds an
+    // `<environment_context>` user message within a turn when its context changes (the date,
+    // at midnight UTC), and that is not the operator's or a member's prompt.
+    let last_user = items.iter().rposition(|i| {
+        i["type"] == "message"
+            && i["role"] == "user"
+            && !text(i).trim_start().starts_with("<environment_context>")
+    });
+    let prompt = last_user.map(|i| text(&items[i])).unwrap_or_default();
     let after = &items[last_user.map(|i| i + 1).unwrap_or(0)..];
     let output = after
         .iter()
@@ -1330,6 +1334,30 @@ mod tests {
             vec![PROMPT.to_string()]
         );
         assert!(m.turn_started_ms(Api::Responses, "t-7").is_some());
+    }
+
+    /// Codex adds an `<environment_context>` user message inside a turn when its context
+    /// changes (here the date, as a CI run crossed midnight UTC): the turn's prompt is still the
+    /// ticket, and the whoami result before that message still leads to fleet_reply.
+    #[test]
+    fn codex_context_inside_a_turn_is_not_its_prompt() {
+        let user = |t: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]});
+        let body = json!({
+            "tools": [{"type": "function", "name": "mcp__fleet__fleet_whoami"}],
+            "input": [
+                user("<environment_context>\n  <cwd>/tmp/x</cwd>\n</environment_context>"),
+                user(PROMPT),
+                {"type": "function_call", "call_id": "c1", "name": "mcp__fleet__fleet_whoami", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": WHOAMI},
+                user("<environment_context>\n  <current_date>2026-12-06</current_date>\n</environment_context>"),
+            ]
+        });
+        let t = responses_turn(&body).expect("a turn");
+        assert_eq!(ticket_in(&t.prompt).as_deref(), Some("t-7"), "{}", t.prompt);
+        match &t.last {
+            Last::Result { name, .. } => assert!(name.ends_with("fleet_whoami"), "{name}"),
+            Last::Prompt => panic!("the context message was taken for a new prompt"),
+        }
     }
 
     #[test]
