@@ -110,6 +110,8 @@ pub struct Ctx {
     pub host_key: ed25519_dalek::SigningKey,
     /// One append to the drift KB at a time (a lock over files, not over state).
     pub kb_append: tokio::sync::Mutex<()>,
+    /// Whether members can be confined here (bubblewrap probed once), for spawns and status.
+    pub sandbox: Arc<crate::sandbox::Sandbox>,
 }
 
 /// Makes an actor panic (debug builds; supervision tests). Registered in the directory under its
@@ -164,6 +166,7 @@ impl Ctx {
             started_at,
             host_key,
             kb_append: tokio::sync::Mutex::new(()),
+            sandbox: Arc::default(),
         };
         let publishers = Publishers {
             config: config_p,

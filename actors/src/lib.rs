@@ -31,6 +31,7 @@ pub mod memory;
 pub mod publish;
 pub mod quiet;
 pub mod registry;
+pub mod sandbox;
 pub mod slot;
 pub mod store;
 pub mod supervisor;

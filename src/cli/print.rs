@@ -546,6 +546,11 @@ pub(super) fn print_member_detail(v: &MemberDetail) -> String {
     put!(out, "  parent     {}", m.parent);
     put!(out, "  pid        {}", opt(&m.pid));
     put!(out, "  profile    {}", m.profile);
+    put!(
+        out,
+        "  sandbox    {}",
+        m.sandbox.as_deref().unwrap_or("none (unconfined)")
+    );
     put!(out, "  charter    sha256 {}", m.charter_sha256);
     put!(
         out,
@@ -586,6 +591,18 @@ pub(super) fn print_daemon_status(v: &DaemonStatus) -> String {
             .join(", ")
     );
     put!(out, "  tickets    {} open", opt(&v.open_tickets));
+    if let Some(s) = &v.sandbox {
+        put!(
+            out,
+            "  sandbox    {}: {}",
+            if s.confined {
+                "members confined"
+            } else {
+                "NONE"
+            },
+            s.detail
+        );
+    }
     let restarts: u64 = v.children.iter().map(|c| c.restarts_total).sum();
     put!(
         out,

@@ -61,6 +61,7 @@ pub(super) fn member(at: Millis) -> MemberView {
             repo: "/src".into(),
             base: "abc123".into(),
         }),
+        sandbox: Some("bwrap".into()),
     }
 }
 
@@ -84,6 +85,7 @@ fn exited_architect(at: Millis) -> MemberView {
         charter_sha256: "beef".into(),
         session_id: None,
         worktree: None,
+        sandbox: None,
     }
 }
 
@@ -383,6 +385,11 @@ pub(super) fn daemon_status(at: Millis) -> Value {
         open_decisions: vec![summary(at)],
         drift_alerts: vec![],
         untrusted_peers: vec![],
+        sandbox: fleetd_actors::sandbox::Status {
+            mode: fleetd_actors::sandbox::Mode::Auto,
+            confined: false,
+            detail: "members run unconfined: `bwrap` could not be run".into(),
+        },
     })
 }
 
@@ -394,6 +401,7 @@ pub(super) fn daemon_status_quiet(at: Millis) -> Value {
     v["open_decisions"] = json!([]);
     v["children"] = json!([]);
     v["members"] = json!({});
+    v["sandbox"] = json!({"mode": "auto", "confined": true, "detail": "bubblewrap 0.8.0"});
     v
 }
 

@@ -173,6 +173,8 @@ pub(super) struct DaemonStatus {
     #[serde(default)]
     pub open_decisions: Vec<DecisionSummary>,
     pub escalation: Option<String>,
+    /// Absent from a daemon older than the sandbox.
+    pub sandbox: Option<fleetd_actors::sandbox::Status>,
 }
 
 impl Answer for DaemonStatus {

@@ -72,6 +72,9 @@ pub struct Config {
     pub profiles: BTreeMap<String, Profile>,
     #[serde(default)]
     pub charters: Charters,
+    /// How members are confined (bubblewrap; on by default where it works).
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxConfig,
 }
 
 impl Default for Config {
@@ -721,6 +724,9 @@ impl Config {
     /// other `fleet_*` tool is a problem.
     pub fn check(&self, known_tools: &[&str]) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Err(e) = self.sandbox.check() {
+            problems.push(e);
+        }
         for (name, p) in &self.profiles {
             if let Err(e) = CompiledProfile::compile(name, p) {
                 problems.push(e.to_string());

@@ -28,6 +28,7 @@ pub mod ledger;
 pub mod link;
 pub mod mail;
 pub mod registry;
+pub mod sandbox;
 pub mod sanitize;
 pub mod slot;
 pub mod spawn;

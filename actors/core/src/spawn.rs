@@ -434,6 +434,7 @@ mod tests {
             session_id: session.map(str::to_string),
             worktree: None,
             cwd: Some("/work/x".into()),
+            sandbox: None,
         }
     }
 

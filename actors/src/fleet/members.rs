@@ -6,12 +6,14 @@ use super::*;
 use crate::spawn;
 
 /// What `prepare` wrote for a launch: the agent's wiring (its extra arguments, environment and
-/// summary), the worktree made, the member's directory, the charter's sha256.
+/// summary), the worktree made, the member's directory, the charter's sha256, and how it is
+/// confined (the sandbox's decision and what it would see).
 struct Prepared {
     wiring: crate::agents::Wiring,
     worktree: Option<crate::registry::state::Worktree>,
     cwd: Option<String>,
     charter_sha256: String,
+    sandbox: (crate::sandbox::Decision, crate::sandbox::Layout),
 }
 
 impl Fleet {
@@ -110,6 +112,7 @@ impl Fleet {
             worktree,
             cwd,
             charter_sha256,
+            sandbox: (confinement, layout),
         } = match self.prepare(&plan).await {
             Ok(p) => p,
             Err(e) => {
@@ -118,8 +121,19 @@ impl Fleet {
             }
         };
         let env = plan.env(&wiring.env);
-        let notes = plan.notes(wiring.summary, worktree.as_ref());
+        let mut notes = plan.notes(wiring.summary, worktree.as_ref());
         let argv = plan.argv(wiring.args);
+        let first = matches!(confinement, crate::sandbox::Decision::Unconfined { .. })
+            && self.ctx.sandbox.first_unconfined();
+        notes.push(crate::sandbox::note(&confinement, first));
+        // The record keeps the agent's own command (a resume plans from it); the terminal runs
+        // it confined.
+        let launch_argv = match &confinement {
+            crate::sandbox::Decision::Confined { program } => {
+                crate::sandbox::command(program, &layout, &argv)
+            }
+            crate::sandbox::Decision::Unconfined { .. } => argv.clone(),
+        };
         let now = self.ctx.now();
         let generation = now;
         let vars: Vec<String> = std::env::vars_os()
@@ -129,7 +143,7 @@ impl Fleet {
         let spec = LaunchSpec {
             name: name.clone(),
             generation,
-            argv: argv.clone(),
+            argv: launch_argv,
             env,
             unset,
             cwd: cwd.clone(),
@@ -164,6 +178,10 @@ impl Fleet {
             session_id: plan.session_id.clone(),
             worktree,
             cwd,
+            sandbox: match confinement {
+                crate::sandbox::Decision::Confined { .. } => Some("bwrap".into()),
+                crate::sandbox::Decision::Unconfined { .. } => None,
+            },
         };
         let pid = handle.pid;
         let rec2 = record.clone();
@@ -226,10 +244,18 @@ impl Fleet {
         let cwd = plan.cwd.clone();
         let agent = plan.agent;
         let n = plan.name().to_string();
+        let config = self.ctx.config();
+        let sandbox = self.ctx.sandbox.clone();
         let work = tokio::task::spawn_blocking(move || {
             let fail = |what: &str, e: std::io::Error| {
                 FleetError::internal(format!("the spawn of `{n}`"), format!("{what}: {e}"))
             };
+            // Whether the sandbox can be built, before anything is written: a spawn that must
+            // be confined and cannot be leaves nothing behind.
+            let probe = sandbox.probe(&config.sandbox);
+            if config.sandbox.mode == crate::sandbox::Mode::Bwrap {
+                crate::sandbox::decide(config.sandbox.mode, &probe, &state_dir, None, &[])?;
+            }
             write_private(&charter_file, charter.as_bytes())
                 .map_err(|e| fail("charter file", e))?;
             let worktree = match worktree_ask {
@@ -279,11 +305,31 @@ impl Fleet {
                 }
                 None => crate::agents::Wiring::default(),
             };
+            let own_rw: Vec<std::path::PathBuf> = agent
+                .map(|_| state_dir.join("agents").join(&n))
+                .into_iter()
+                .chain(worktree.as_ref().map(|w| std::path::PathBuf::from(&w.path)))
+                .collect();
+            let layout = crate::sandbox::layout(
+                &config,
+                &state_dir,
+                &own_rw,
+                std::slice::from_ref(&charter_file),
+                cwd.as_deref().map(std::path::Path::new),
+            );
+            let decision = crate::sandbox::decide(
+                config.sandbox.mode,
+                &probe,
+                &layout.state_dir,
+                layout.cwd.as_deref(),
+                &layout.own_rw,
+            )?;
             Ok::<_, FleetError>(Prepared {
                 wiring,
                 worktree,
                 cwd,
                 charter_sha256,
+                sandbox: (decision, layout),
             })
         });
         work.await.map_err(|e| {

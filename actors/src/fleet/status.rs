@@ -113,7 +113,13 @@ impl Fleet {
         };
         let now = self.ctx.now();
         let escalation = self.ctx.escalation();
+        let mode = self.ctx.config().sandbox.clone();
+        let sandbox = self.ctx.sandbox.clone();
+        let probe = tokio::task::spawn_blocking(move || sandbox.probe(&mode))
+            .await
+            .map_err(|e| FleetError::internal("fleet_status", format!("the sandbox probe: {e}")))?;
         Ok(DaemonStatus {
+            sandbox: crate::sandbox::status(self.ctx.config().sandbox.mode, &probe),
             host: self.ctx.config().daemon.host.clone(),
             version: env!("CARGO_PKG_VERSION"),
             pid: std::process::id(),

@@ -30,6 +30,9 @@ pub struct MemberView {
     /// Its own git worktree (`--worktree`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<crate::registry::state::Worktree>,
+    /// How it is confined (`bwrap`); absent when it runs unconfined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl From<&MemberRecord> for MemberView {
@@ -49,6 +52,7 @@ impl From<&MemberRecord> for MemberView {
             charter_sha256: m.charter_sha256.clone(),
             session_id: m.session_id.clone(),
             worktree: m.worktree.clone(),
+            sandbox: m.sandbox.clone(),
         }
     }
 }
@@ -320,6 +324,8 @@ pub struct DaemonStatus {
     pub drift_alerts: Vec<crate::drift::service::Alert>,
     /// Peers the drift pullers do not trust right now.
     pub untrusted_peers: Vec<String>,
+    /// Whether members run confined (`[sandbox]`), and by what or why not.
+    pub sandbox: crate::sandbox::Status,
 }
 
 #[derive(Clone, Debug, Serialize)]

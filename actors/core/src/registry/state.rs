@@ -52,6 +52,9 @@ pub struct MemberRecord {
     /// The directory it was started in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// How it is confined (`bwrap`), or `None` when it runs unconfined (`[sandbox]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 /// A member's git worktree.
@@ -734,6 +737,7 @@ mod tests {
             session_id: None,
             worktree: None,
             cwd: None,
+            sandbox: None,
         }
     }
 

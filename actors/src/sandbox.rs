@@ -1,0 +1,149 @@
+//! The sandbox's shell: tries bubblewrap once per program (`Sandbox::probe`), and lays out what
+//! one member sees from the real paths (`layout`: canonical paths, only those that exist, which
+//! hidden path is a directory). The rules and the command line are `fleetd_core::sandbox`,
+//! re-exported here. Must never let a member run unconfined without the spawn saying so, and
+//! never decide anything the core decides.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+pub use fleetd_core::sandbox::*;
+
+/// The probe's last answer, per bubblewrap program (a reload may name another).
+#[derive(Default)]
+pub struct Sandbox {
+    probed: Mutex<Option<(String, Probe)>>,
+    /// Whether a spawn has said why members run unconfined (said once, in full).
+    said_unconfined: std::sync::atomic::AtomicBool,
+}
+
+/// The namespaces and mounts every confined member gets, tried with `true` as the program.
+const PROBE_ARGS: &[&str] = &[
+    "--die-with-parent",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--dev-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--",
+    "true",
+];
+
+impl Sandbox {
+    /// What bubblewrap does here (run once per program, then remembered). Blocking: a few
+    /// milliseconds, the first time.
+    pub fn probe(&self, cfg: &SandboxConfig) -> Probe {
+        let program = cfg.program().to_string();
+        let mut g = self.probed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((p, probe)) = g.as_ref()
+            && *p == program
+        {
+            return probe.clone();
+        }
+        let probe = run_probe(&program);
+        match &probe {
+            Probe::Works { version, .. } => {
+                tracing::info!(program, version, "members run confined by bubblewrap")
+            }
+            Probe::Unavailable { why } => {
+                tracing::warn!(program, why, "members cannot be confined here")
+            }
+        }
+        *g = Some((program, probe.clone()));
+        probe
+    }
+
+    /// True the first time it is asked (whether a spawn is the first to run unconfined).
+    pub fn first_unconfined(&self) -> bool {
+        !self
+            .said_unconfined
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn run_probe(program: &str) -> Probe {
+    let version = match Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Ok(o) => {
+            return Probe::Unavailable {
+                why: format!(
+                    "`{program} --version` failed: {}",
+                    crate::types::truncate(String::from_utf8_lossy(&o.stderr).trim(), 200)
+                ),
+            };
+        }
+        Err(e) => {
+            return Probe::Unavailable {
+                why: format!(
+                    "bubblewrap (`{program}`) could not be run: {e}; install it (Debian and Ubuntu: apt-get install bubblewrap)"
+                ),
+            };
+        }
+    };
+    match Command::new(program)
+        .args(PROBE_ARGS)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) if o.status.success() => Probe::Works {
+            program: program.to_string(),
+            version,
+        },
+        Ok(o) => Probe::Unavailable {
+            why: format!(
+                "`{program}` cannot build a sandbox here ({}); it needs unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone = 1 or an AppArmor profile that allows bwrap where those apply)",
+                crate::types::truncate(String::from_utf8_lossy(&o.stderr).trim(), 200)
+            ),
+        },
+        Err(e) => Probe::Unavailable {
+            why: format!("`{program}` could not be run: {e}"),
+        },
+    }
+}
+
+/// A path as the kernel sees it (symlinks resolved), if it exists.
+fn real(p: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(p).ok()
+}
+
+/// What member `name` sees, from the real filesystem: its own paths that exist, the secrets
+/// that exist, all canonical. `own_rw` are its wiring dir and worktree, `own_ro` its charter.
+pub fn layout(
+    cfg: &crate::config::Config,
+    state_dir: &Path,
+    own_rw: &[PathBuf],
+    own_ro: &[PathBuf],
+    cwd: Option<&Path>,
+) -> Layout {
+    let state = real(state_dir).unwrap_or_else(|| state_dir.to_path_buf());
+    let reals = |ps: &[PathBuf]| ps.iter().filter_map(|p| real(p)).collect::<Vec<_>>();
+    let mut secrets: Vec<String> = cfg.sandbox.hide.clone();
+    secrets.extend(cfg.api.token_file.clone());
+    secrets.extend(cfg.daemon.key_file.clone());
+    let hidden = secrets
+        .iter()
+        .filter_map(|s| real(Path::new(s)))
+        .filter(|p| !p.starts_with(&state))
+        .map(|p| Hidden {
+            dir: p.is_dir(),
+            path: p,
+        })
+        .collect();
+    Layout {
+        sockets: reals(&[state_dir.join("mcp.sock"), state_dir.join("api.sock")]),
+        own_rw: reals(own_rw),
+        own_ro: reals(own_ro),
+        hidden,
+        cwd: cwd.and_then(real),
+        state_dir: state,
+    }
+}
