@@ -57,6 +57,7 @@ pub fn main() -> ExitCode {
     let result: anyhow::Result<i32> = (|| match cli.cmd {
         Cmd::PtyHost(args) => crate::term::run_host(args).map(|_| 0),
         Cmd::SimAgent(args) => crate::harness::sim::run(args).map(|_| 0),
+        Cmd::Probe(args) => crate::harness::probe::run(args).map(|_| 0),
         Cmd::Config {
             cmd: ConfigCmd::Default,
         } => {

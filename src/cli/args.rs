@@ -210,6 +210,10 @@ pub enum Cmd {
     },
     /// Benchmarks against a baseline measured in the same run.
     Bench(crate::harness::bench::BenchArgs),
+    /// Plays a hostile member (run as a member's command): tries every door out of its role and
+    /// writes one line per door (`tests/it/probe.rs`).
+    #[command(hide = true)]
+    Probe(crate::harness::probe::ProbeArgs),
     /// A bare rmcp echo server on stdio (the benchmark's baseline).
     #[command(hide = true)]
     EchoServer,

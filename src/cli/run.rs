@@ -569,6 +569,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         | Cmd::Config { .. }
         | Cmd::Mcp { .. }
         | Cmd::SimAgent(_)
+        | Cmd::Probe(_)
         | Cmd::Demo { .. }
         | Cmd::Bench(_)
         | Cmd::EchoServer

@@ -1,6 +1,7 @@
 //! The test, demo and bench harness: not the product. `sim` is the scripted terminal agent
 //! (`fleetd sim-agent`) the demo, the integration tests and the benches run as members; `demo`
-//! is `fleetd demo`; `bench` is `fleetd bench` (and `fleetd echo-server`, its baseline).
+//! is `fleetd demo`; `bench` is `fleetd bench` (and `fleetd echo-server`, its baseline);
+//! `probe` is `fleetd probe`, the hostile member of the isolation probes (`tests/it/probe.rs`).
 //!
 //! Owns nothing the product needs. It drives the product only from outside, as an operator or
 //! an agent would (the REST client, MCP through the shim, a PTY). The product's modules
@@ -11,6 +12,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod probe;
 pub mod sim;
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod mcp;
 mod mockmodel;
 mod netns;
 mod note;
+mod probe;
 mod ptyhost;
 mod supervision;
 mod witness;
