@@ -395,10 +395,19 @@ impl Rig {
         if let Some(c) = self.command() {
             body["command"] = json!(c);
         }
-        self.d
+        let v = self
+            .d
             .try_spawn(body)
             .await
-            .unwrap_or_else(|e| panic!("spawn {name}: {e}\n{}", self.d.log()))
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}\n{}", self.d.log()));
+        // The real CLIs run in the sandbox (the default; .ci/run installs bubblewrap), with
+        // their own network access to the model.
+        assert_eq!(
+            v["sandbox"], "bwrap",
+            "{}: {name} must run confined: {v}",
+            self.cli.name()
+        );
+        v
     }
 
     /// The first event (seen or new) matching `pred` within `within`, or None.
