@@ -41,11 +41,19 @@ impl Layout {
             state_dir: state_dir.to_path_buf(),
         }
     }
+    /// The REST socket as clients name it: a symlink to the socket in [`Layout::socket_dir`].
     pub fn api_socket(&self) -> PathBuf {
         self.state_dir.join("api.sock")
     }
+    /// The MCP socket as clients name it: a symlink to the socket in [`Layout::socket_dir`].
     pub fn mcp_socket(&self) -> PathBuf {
         self.state_dir.join("mcp.sock")
+    }
+    /// Where the listening sockets really are. A confined member sees this directory (read-only)
+    /// rather than the socket files, so a socket bound again by a restarted daemon or API actor
+    /// is the one it reaches (a mount of the file would keep the old one).
+    pub fn socket_dir(&self) -> PathBuf {
+        self.state_dir.join(fleetd_actors::sandbox::SOCKET_DIR)
     }
     pub fn db(&self) -> PathBuf {
         self.state_dir.join("fleetd.redb")
@@ -244,11 +252,25 @@ struct ApiState {
     layout: Arc<Layout>,
 }
 
-fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
-    let _ = std::fs::remove_file(path);
-    let l = UnixListener::bind(path)?;
+/// Bind `link`'s socket in the socket dir (0700, the socket 0600) and point `link` at it.
+fn bind_private(link: &Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let (Some(state), Some(name)) = (link.parent(), link.file_name()) else {
+        return Err(std::io::Error::other("a socket path with no directory"));
+    };
+    let dir = state.join(fleetd_actors::sandbox::SOCKET_DIR);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    let l = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let target = Path::new(fleetd_actors::sandbox::SOCKET_DIR).join(name);
+    if std::fs::read_link(link).ok().as_deref() != Some(target.as_path()) {
+        // An older daemon's socket file, or a wrong link: replaced.
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(&target, link)?;
+    }
     Ok(l)
 }
 
@@ -264,8 +286,12 @@ impl ApiState {
                 tracing::warn!("an API listener did not stop within 4 s");
             }
         }
-        let _ = std::fs::remove_file(self.layout.api_socket());
-        let _ = std::fs::remove_file(self.layout.mcp_socket());
+        // The sockets go; the links stay, dangling until the next daemon binds.
+        for link in [self.layout.api_socket(), self.layout.mcp_socket()] {
+            if let Some(name) = link.file_name() {
+                let _ = std::fs::remove_file(self.layout.socket_dir().join(name));
+            }
+        }
     }
 }
 

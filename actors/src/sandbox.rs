@@ -139,11 +139,44 @@ pub fn layout(
         })
         .collect();
     Layout {
-        sockets: reals(&[state_dir.join("mcp.sock"), state_dir.join("api.sock")]),
+        socket_dir: real(&state_dir.join(SOCKET_DIR)),
+        links: ["mcp.sock", "api.sock"]
+            .iter()
+            .map(|n| (state.join(n), format!("{SOCKET_DIR}/{n}")))
+            .collect(),
         own_rw: reals(own_rw),
         own_ro: reals(own_ro),
         hidden,
         cwd: cwd.and_then(real),
         state_dir: state,
     }
+}
+
+/// Whether `program` (a member's argv\[0\]) names an executable file, found as `execvp` would
+/// find it: a path with a `/` (relative to `cwd`), else the first match in `path` (the member's
+/// PATH). A confined member's program is started by bubblewrap, after the terminal is up, so
+/// this is how its spawn still refuses a command that does not exist (as the PTY host does for
+/// an unconfined one).
+pub fn find_program(program: &str, path: &str, cwd: Option<&Path>) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.is_empty() {
+        return Err("the command is empty".into());
+    }
+    if program.contains('/') {
+        let p = match (Path::new(program).is_absolute(), cwd) {
+            (false, Some(c)) => c.join(program),
+            _ => PathBuf::from(program),
+        };
+        return match runnable(&p) {
+            true => Ok(p),
+            false => Err(format!("{program}: no such executable file")),
+        };
+    }
+    path.split(':')
+        .map(|d| Path::new(if d.is_empty() { "." } else { d }).join(program))
+        .find(|p| runnable(p))
+        .ok_or_else(|| format!("{program}: not found in PATH"))
 }

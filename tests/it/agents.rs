@@ -403,7 +403,8 @@ impl Rig {
         // The real CLIs run in the sandbox (the default; .ci/run installs bubblewrap), with
         // their own network access to the model.
         assert_eq!(
-            v["sandbox"], "bwrap",
+            v["sandbox"],
+            "bwrap",
             "{}: {name} must run confined: {v}",
             self.cli.name()
         );

@@ -186,13 +186,20 @@ pub struct Layout {
     pub own_rw: Vec<PathBuf>,
     /// The member's own files, read-only (its charter).
     pub own_ro: Vec<PathBuf>,
-    /// The sockets it talks to fleetd on (MCP and hooks).
-    pub sockets: Vec<PathBuf>,
+    /// The directory of the sockets it talks to fleetd on (MCP and hooks), mounted read-only:
+    /// the directory, not the files, so that sockets bound again after a restart are reached.
+    pub socket_dir: Option<PathBuf>,
+    /// Symlinks made in the emptied state dir: (link, target), the sockets' public names.
+    pub links: Vec<(PathBuf, String)>,
     /// Secrets outside the state dir (the API token file, the host key file, `[sandbox] hide`).
     pub hidden: Vec<Hidden>,
     /// Where it starts.
     pub cwd: Option<PathBuf>,
 }
+
+/// The state dir's subdirectory where the daemon's listening sockets are (`api.sock` and
+/// `mcp.sock` at the top of the state dir are symlinks into it).
+pub const SOCKET_DIR: &str = "sock";
 
 /// Size of the empty directory that replaces the state dir: it holds only the mount points of
 /// the member's own paths.
@@ -236,8 +243,11 @@ pub fn command(program: &str, layout: &Layout, argv: &[String]) -> Vec<String> {
     for p in layout.own_ro.iter().filter(|p| inside(p)) {
         c.extend(["--ro-bind".into(), s(p), s(p)]);
     }
-    for p in layout.sockets.iter().filter(|p| inside(p)) {
-        c.extend(["--bind".into(), s(p), s(p)]);
+    for p in layout.socket_dir.iter().filter(|p| inside(p)) {
+        c.extend(["--ro-bind".into(), s(p), s(p)]);
+    }
+    for (link, target) in layout.links.iter().filter(|(l, _)| inside(l)) {
+        c.extend(["--symlink".into(), target.clone(), s(link)]);
     }
     for h in &layout.hidden {
         if h.dir {
@@ -286,7 +296,11 @@ mod tests {
                 "/home/u".into(),
             ],
             own_ro: vec!["/s/charters/w.md".into()],
-            sockets: vec!["/s/mcp.sock".into(), "/s/api.sock".into()],
+            socket_dir: Some("/s/sock".into()),
+            links: vec![
+                ("/s/mcp.sock".into(), "sock/mcp.sock".into()),
+                ("/s/api.sock".into(), "sock/api.sock".into()),
+            ],
             hidden: vec![
                 Hidden {
                     path: "/etc/fleetd/token".into(),
@@ -317,8 +331,9 @@ mod tests {
             &["--bind", "/s/agents/w", "/s/agents/w"][..],
             &["--bind", "/s/worktrees/w", "/s/worktrees/w"],
             &["--ro-bind", "/s/charters/w.md", "/s/charters/w.md"],
-            &["--bind", "/s/mcp.sock", "/s/mcp.sock"],
-            &["--bind", "/s/api.sock", "/s/api.sock"],
+            &["--ro-bind", "/s/sock", "/s/sock"],
+            &["--symlink", "sock/mcp.sock", "/s/mcp.sock"],
+            &["--symlink", "sock/api.sock", "/s/api.sock"],
         ] {
             let at = pos(&c, own);
             assert!(tmpfs < at && at < pos(&c, &["--remount-ro", "/s"]));
@@ -362,7 +377,7 @@ mod tests {
             .own_rw
             .iter()
             .chain(&l.own_ro)
-            .chain(&l.sockets)
+            .chain(&l.socket_dir)
             .map(|p| p.display().to_string())
             .collect();
         assert!(!mounted.is_empty());

@@ -130,6 +130,22 @@ impl Fleet {
         // it confined.
         let launch_argv = match &confinement {
             crate::sandbox::Decision::Confined { program } => {
+                let path = env
+                    .iter()
+                    .find(|(k, _)| k == "PATH")
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| std::env::var("PATH").ok())
+                    .unwrap_or_default();
+                let first = argv.first().map(String::as_str).unwrap_or("");
+                if let Err(why) = crate::sandbox::find_program(first, &path, layout.cwd.as_deref())
+                {
+                    self.release(reservation.id);
+                    return Err(FleetError::invalid(
+                        format!("terminal for `{name}`"),
+                        format!("the command {argv:?} did not start: {why}"),
+                        "a command that exists and can run (check PATH and the profile's command)",
+                    ));
+                }
                 crate::sandbox::command(program, &layout, &argv)
             }
             crate::sandbox::Decision::Unconfined { .. } => argv.clone(),
