@@ -197,11 +197,14 @@ impl HostBackend {
         let what = format!("terminal of `{name}`");
         let (sock, _, _) = paths(&self.term_dir, name, generation);
         let stream = UnixStream::connect(&sock).await.map_err(|e| {
-            FleetError::not_found(
-                what.clone(),
-                format!("its PTY host at {} is not answering: {e}", sock.display()),
-                "a live member",
-            )
+            let why = format!("its PTY host at {} is not answering: {e}", sock.display());
+            match e.kind() {
+                // Nobody listens there: the host is gone.
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                    FleetError::not_found(what.clone(), why, "a live member")
+                }
+                _ => FleetError::unavailable(what.clone(), why),
+            }
         })?;
         let (mut r, mut w) = stream.into_split();
         let hello = tokio::time::timeout(
