@@ -107,6 +107,48 @@ async fn a_process_that_is_not_the_daemon_gets_nothing_from_a_pty_host() {
         "{logged}"
     );
 
+    // The same from inside another member (the issue's case: an agent's shell typing into
+    // another agent). A sandbox around members may hide the socket from it: that is fine too.
+    let said = dir.path().join("mole.said");
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    let mole = r#"
+import socket, sys, time
+said = "unreachable"
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    try:
+        s.sendall(bytes.fromhex(sys.argv[2]))
+    except OSError:
+        pass
+    try:
+        b = s.recv(65536)
+        said = "answered %d bytes" % len(b) if b else "closed"
+    except ConnectionResetError:
+        said = "closed"
+except OSError:
+    pass
+open(sys.argv[3] + ".tmp", "w").write(said)
+import os
+os.rename(sys.argv[3] + ".tmp", sys.argv[3])
+time.sleep(600)
+"#;
+    let sock_arg = sock.display().to_string();
+    let said_arg = said.display().to_string();
+    let command: Vec<String> = ["python3", "-c", mole, &sock_arg, &hex, &said_arg]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    d.spawn("mole", "worker", command).await;
+    wait_until("the member saying how its connection ended", || {
+        said.exists()
+    });
+    let outcome = std::fs::read_to_string(&said).unwrap();
+    assert!(
+        outcome == "closed" || outcome == "unreachable",
+        "another member's connection: {outcome}"
+    );
+
     // The daemon's link was left alone: the next message is typed in, and the intruder's
     // input (which would have come first) never was.
     still_served(&d, &mut ev, "target", &rec, "after the intruder").await;
