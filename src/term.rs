@@ -27,9 +27,11 @@ use tokio::sync::mpsc;
 use crate::codec::{self, MAX_FRAME};
 
 mod host;
+mod owner;
 mod wire;
 
 pub use host::{HostArgs, run_host};
+pub use owner::LOCK_FILE;
 use wire::{DaemonMsg, ExitRecord, Greeting, HostMsg};
 
 /// Paths of one member terminal's files.
@@ -50,6 +52,10 @@ const SUN_PATH_MAX: usize = 107;
 /// The daemon's terminal backend: launches `fleetd pty-host` processes and talks to them.
 pub struct HostBackend {
     term_dir: PathBuf,
+    /// `STATE/daemon.lock`, held exclusively for the backend's (the daemon's) life: the PTY
+    /// hosts answer only its holder (`owner`).
+    lock_path: PathBuf,
+    _lock: nix::fcntl::Flock<std::fs::File>,
     /// The program that hosts a PTY, and the arguments before its own (`fleetd-pty-host`
     /// beside the fleetd binary, else `fleetd pty-host`).
     host: (PathBuf, Vec<&'static str>),
@@ -72,8 +78,26 @@ impl HostBackend {
         std::fs::create_dir_all(&term_dir)?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&term_dir, std::fs::Permissions::from_mode(0o700))?;
+        let lock_path = state_dir.join(owner::LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)?;
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| {
+                std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    format!(
+                        "could not lock {} ({e}): is another `fleetd serve` running on this state dir?",
+                        lock_path.display()
+                    ),
+                )
+            })?;
         Ok(HostBackend {
             term_dir,
+            lock_path,
+            _lock: lock,
             host: host_program(&fleetd_exe),
         })
     }
@@ -115,6 +139,7 @@ impl HostBackend {
         if let Some(cwd) = &spec.cwd {
             cmd.arg("--cwd").arg(cwd);
         }
+        cmd.arg("--owner-lock").arg(&self.lock_path);
         cmd.arg("--").args(&spec.argv);
         for (k, v) in &spec.env {
             cmd.env(k, v);
@@ -172,11 +197,14 @@ impl HostBackend {
         let what = format!("terminal of `{name}`");
         let (sock, _, _) = paths(&self.term_dir, name, generation);
         let stream = UnixStream::connect(&sock).await.map_err(|e| {
-            FleetError::not_found(
-                what.clone(),
-                format!("its PTY host at {} is not answering: {e}", sock.display()),
-                "a live member",
-            )
+            let why = format!("its PTY host at {} is not answering: {e}", sock.display());
+            match e.kind() {
+                // Nobody listens there: the host is gone.
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                    FleetError::not_found(what.clone(), why, "a live member")
+                }
+                _ => FleetError::unavailable(what.clone(), why),
+            }
         })?;
         let (mut r, mut w) = stream.into_split();
         let hello = tokio::time::timeout(

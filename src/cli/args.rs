@@ -220,7 +220,8 @@ pub enum Cmd {
     /// Holds one member's PTY (started by the daemon).
     #[command(hide = true)]
     PtyHost(crate::term::HostArgs),
-    /// Debug builds: make an actor panic (registry, tickets, slot:NAME, injector:NAME).
+    /// Debug builds: make an actor panic (registry, tickets, slot:NAME, injector:NAME), or break
+    /// a member's terminal link (term:NAME).
     #[command(hide = true)]
     Fault { target: String },
     /// Reload the daemon's config file (same as SIGHUP).

@@ -3,7 +3,8 @@
 //!
 //! Owns the PTY master, the program's process group, the vt100 model of its screen (how a
 //! restarted daemon gets the screen back), the ids of the pastes it took, the exit file, and the
-//! socket the daemon connects to. It is one thread running one poll(2) loop over the PTY, the
+//! socket the daemon connects to, on which it answers only the daemon that holds the state dir's
+//! lock (`owner`: any other process is closed before it is sent anything). It is one thread running one poll(2) loop over the PTY, the
 //! listening socket, the daemon's connection and a pidfd for the program's exit, with its
 //! timers (a paste's Enter, the SIGKILL after a terminate's grace, the drain after the exit) as
 //! the poll's timeout: no async runtime and no helper threads, since one host runs per member
@@ -11,7 +12,8 @@
 //!
 //! Must never: interpret what the program prints (the slot core does); block on the daemon (a
 //! daemon that stops reading holds back the program's output, as a terminal nobody draws
-//! would, but never the loop: a new connection still replaces it); hold a queue without a
+//! would, but never the loop: a new connection from the daemon still replaces it); hold a
+//! queue without a
 //! bound (input waiting for the program, frames waiting for the daemon, a frame being read);
 //! or use tokio (the `fleetd-pty-host` binary links none).
 
@@ -29,6 +31,7 @@ use nix::sys::signal::Signal;
 use portable_pty::{CommandBuilder, MasterPty, PtySize, native_pty_system};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
+use super::owner;
 use super::wire::{DaemonMsg, ExitRecord, Greeting, HostMsg};
 use crate::codec::{self, MAX_FRAME};
 
@@ -51,6 +54,9 @@ pub struct HostArgs {
     /// The file mode mask the program runs with (the daemon's own is 0o077).
     #[arg(long)]
     pub umask: Option<u32>,
+    /// The daemon's lock file: only the process holding it may connect (see `owner`).
+    #[arg(long)]
+    pub owner_lock: Option<PathBuf>,
     #[arg(last = true, required = true)]
     pub argv: Vec<String>,
 }
@@ -59,10 +65,11 @@ impl HostArgs {
     /// The same arguments read without clap, for `fleetd-pty-host` (whose footprint is
     /// multiplied by the fleet: clap's parser is most of a small binary's touched pages). Takes
     /// exactly what the daemon passes: `--socket P --exit-file P [--rows N] [--cols N] [--cwd P]
-    /// [--unset VAR]... [--umask N] -- PROGRAM [ARG]...` (also `--flag=value`).
+    /// [--unset VAR]... [--umask N] [--owner-lock P] -- PROGRAM [ARG]...` (also `--flag=value`).
     pub fn parse_from(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Self, String> {
         let mut it = args.into_iter();
         let (mut socket, mut exit_file, mut cwd, mut umask) = (None, None, None, None);
+        let mut owner_lock = None;
         let (mut rows, mut cols, mut unset) = (40u16, 120u16, vec![]);
         let mut argv = vec![];
         while let Some(a) = it.next() {
@@ -103,9 +110,10 @@ impl HostArgs {
                 "--cwd" => cwd = Some(PathBuf::from(value()?)),
                 "--unset" => unset.push(value()?),
                 "--umask" => umask = Some(number(value()?)?),
+                "--owner-lock" => owner_lock = Some(PathBuf::from(value()?)),
                 other => {
                     return Err(format!(
-                        "unknown argument {other:?}; the host takes --socket, --exit-file, --rows, --cols, --cwd, --unset, --umask, then -- and the program"
+                        "unknown argument {other:?}; the host takes --socket, --exit-file, --rows, --cols, --cwd, --unset, --umask, --owner-lock, then -- and the program"
                     ));
                 }
             }
@@ -121,6 +129,7 @@ impl HostArgs {
             cwd,
             unset,
             umask,
+            owner_lock,
             argv,
         })
     }
@@ -244,6 +253,7 @@ pub fn run_host(mut args: HostArgs) -> anyhow::Result<()> {
         input_written: 0,
         input_broken: false,
         scratch: vec![0; READ_BUF],
+        refused: 0,
     }
     .run()
 }
@@ -377,6 +387,8 @@ struct Host {
     /// A write to the PTY failed: the program's side is gone, nothing more is taken.
     input_broken: bool,
     scratch: Vec<u8>,
+    /// Connections refused so far (for a log that a flood cannot fill).
+    refused: u64,
 }
 
 impl Host {
@@ -643,13 +655,38 @@ impl Host {
         }
     }
 
-    /// Take every waiting connection; each replaces the one before.
+    /// Take every waiting connection: one from the daemon replaces the one before, any other
+    /// is closed unanswered and changes nothing.
     fn accept_all(&mut self) {
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => self.connect(stream),
+                Ok((stream, _)) => {
+                    self.admit(stream);
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return,
+            }
+        }
+    }
+
+    /// Greet `stream` if its peer is the daemon that owns this host (see `owner`), else close it
+    /// before anything is sent. Whether it was taken.
+    fn admit(&mut self, stream: UnixStream) -> bool {
+        match owner::admit(&stream, self.args.owner_lock.as_deref()) {
+            Ok(()) => {
+                self.connect(stream);
+                true
+            }
+            Err(why) => {
+                self.refused += 1;
+                // The first few, then one in a thousand: a flood cannot fill the log.
+                if self.refused <= 8 || self.refused.is_multiple_of(1000) {
+                    eprintln!(
+                        "pty-host: refused a connection ({} so far): {why}",
+                        self.refused
+                    );
+                }
+                false
             }
         }
     }
@@ -722,10 +759,16 @@ impl Host {
             // The daemon that launched us has not connected yet (a program that exits at
             // once): wait for it, bounded, so it hears the exit and sees the output from us
             // instead of finding the socket gone or reset.
-            if wait_for(&self.listener, PollFlags::IN, until)
-                && let Ok((stream, _)) = self.listener.accept()
-            {
-                self.connect(stream);
+            while wait_for(&self.listener, PollFlags::IN, until) {
+                match self.listener.accept() {
+                    Ok((stream, _)) => {
+                        if self.admit(stream) {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(_) => break,
+                }
             }
         }
         self.send(&HostMsg::Exited {
@@ -809,6 +852,8 @@ mod tests {
                 "18",
                 "--cwd",
                 "/w",
+                "--owner-lock",
+                "/state/daemon.lock",
                 "--",
                 "sh",
                 "-c",
@@ -818,6 +863,7 @@ mod tests {
                 "--socket=/s",
                 "--exit-file=/e",
                 "--rows=3",
+                "--owner-lock=/l",
                 "--",
                 "x",
                 "--",

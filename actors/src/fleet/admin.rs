@@ -183,6 +183,11 @@ impl Fleet {
                         .await
                         .ok_or_else(|| FleetError::not_found(t, "no such slot", "slot:NAME"))?
                         .cast(SlotMsg::Panic),
+                    "term" => self
+                        .slot(&name)
+                        .await
+                        .ok_or_else(|| FleetError::not_found(t, "no such slot", "term:NAME"))?
+                        .cast(SlotMsg::BreakLink),
                     "injector" => self
                         .injector(&name)
                         .await
@@ -194,7 +199,7 @@ impl Fleet {
                         return Err(FleetError::invalid(
                             t,
                             "unknown fault target",
-                            "registry, tickets, mail, slot:NAME, injector:NAME, decision:d-N, drift:PEER or link:PEER",
+                            "registry, tickets, mail, slot:NAME, term:NAME, injector:NAME, decision:d-N, drift:PEER or link:PEER",
                         ));
                     }
                 }

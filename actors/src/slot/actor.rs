@@ -1,6 +1,9 @@
 //! The member slot shell: owns one member's terminal connection, feeds its output to the slot
 //! core, performs the core's effects (status fan-out, reaping), writes pastes and keys, and
-//! serves attach. Must never decide a status itself: the core does.
+//! serves attach. Must never decide a status itself: the core does. A link to a terminal host
+//! that broke while the host lives is made again by failing this actor, so that its supervisor
+//! restarts it and the new slot reconnects as every restarted slot does (the core's `relink`
+//! decides).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,13 +15,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use crate::config::{CompiledProfile, Profile};
 use crate::ctx::SharedCtx;
 use crate::directory::{Directory, Mailbox};
-use crate::error::FleetError;
+use crate::error::{ErrorKind, FleetError};
 use crate::events::EventKind;
 use crate::injector::msg::InjectorMsg;
 use crate::injector::state::{Message, TargetView, delivery_text};
 use crate::registry::actor::RegistryMsg;
 use crate::registry::state::{ExitInfo, MemberRecord};
-use crate::slot::state::{Cause, Effect, Signal, SlotCore, SlotSettings};
+use crate::slot::state::{Cause, Effect, LinkDown, Relink, Signal, SlotCore, SlotSettings, relink};
 use crate::term::{TermEvent, TermHandle, TermInput};
 use crate::timer::Timer;
 use crate::types::{MemberName, Millis, MsgId, Role, Status, Written};
@@ -82,6 +85,8 @@ pub enum SlotMsg {
     Announce,
     /// Debug builds only: panic inside the actor, to exercise supervision.
     Panic,
+    /// Debug builds only: have the terminal host drop this slot's connection (a broken link).
+    BreakLink,
 }
 
 /// The answer to an attach: the screen, then a live stream of the terminal's output.
@@ -409,6 +414,36 @@ impl SlotActorState {
     }
 }
 
+/// Connect to a running member's terminal host (a restarted slot, a re-adoption at start, a
+/// lost link made again), trying again as the core's [`relink`] says.
+async fn reconnect(
+    ctx: &SharedCtx,
+    name: &MemberName,
+    generation: u64,
+) -> Result<TermHandle, FleetError> {
+    let mut attempt = 0u32;
+    loop {
+        let e = match ctx.term.connect(name, generation).await {
+            Ok(h) => return Ok(h),
+            Err(e) => e,
+        };
+        let down = if e.kind == ErrorKind::NotFound {
+            LinkDown::NoHost
+        } else {
+            LinkDown::Failed
+        };
+        let recorded = ctx.term.recorded_exit(name, generation).is_some();
+        match relink(down, recorded, attempt) {
+            Relink::Reconnect { after_ms } => {
+                tracing::info!(member = %name, error = %e, attempt, "its terminal host did not take the connection; trying again");
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                attempt = attempt.saturating_add(1);
+            }
+            Relink::Exited | Relink::Gone => return Err(e),
+        }
+    }
+}
+
 /// Forward terminal events to the slot, at most `TERM_EVENTS_IN_FLIGHT` unprocessed at a time.
 fn forward(
     myself: ActorRef<SlotMsg>,
@@ -454,7 +489,7 @@ impl Actor for SlotActor {
         let adopted = fresh.is_none();
         let handle = match fresh {
             Some(h) => Ok(h),
-            None => ctx.term.connect(&name, record.generation).await,
+            None => reconnect(&ctx, &name, record.generation).await,
         };
         let screen_on_request = handle.as_ref().is_ok_and(|h| h.screen_on_request);
         let mut core = SlotCore::new(prof, settings(&ctx, record.role, screen_on_request), now);
@@ -629,11 +664,22 @@ impl Actor for SlotActor {
                     }
                 }
                 TermEvent::Lost(why) => {
-                    let (code, signal) = st
-                        .ctx
-                        .term
-                        .recorded_exit(&st.name, st.generation)
-                        .unwrap_or((None, None));
+                    let recorded = st.ctx.term.recorded_exit(&st.name, st.generation);
+                    if let Relink::Reconnect { .. } = relink(LinkDown::Lost, recorded.is_some(), 0)
+                    {
+                        // The host recorded no exit: it is most likely still there. Fail, so
+                        // the supervisor restarts this slot (with its backoff and limits) and
+                        // the new one reconnects and re-adopts the member; a host that is gone
+                        // is found so then.
+                        tracing::warn!(member = %st.name, %why, "terminal link lost; reconnecting");
+                        st.timer.cancel();
+                        return Err(FleetError::unavailable(
+                            format!("the terminal link of `{}`", st.name),
+                            format!("it was lost ({why}); the slot restarts to reconnect"),
+                        )
+                        .into());
+                    }
+                    let (code, signal) = recorded.unwrap_or((None, None));
                     st.finish(
                         &myself,
                         code,
@@ -740,6 +786,14 @@ impl Actor for SlotActor {
             SlotMsg::Panic => {
                 if cfg!(debug_assertions) {
                     panic!("injected fault in the slot of `{}`", st.name);
+                }
+            }
+            SlotMsg::BreakLink => {
+                if cfg!(debug_assertions)
+                    && let Some(i) = &st.input
+                {
+                    // The host drops this connection; the link's reader sees it closed.
+                    let _ = i.send(TermInput::Detach).await;
                 }
             }
         }

@@ -20,6 +20,10 @@
 //! busy marker, any change of the screen. Without evidence
 //! within the accept timeout the core reports what the screen shows.
 //!
+//! The terminal link ([`relink`]): a broken connection to a terminal host that is still there
+//! is made again (the member is re-adopted), and only a host that is gone (its exit recorded,
+//! or nobody listening at its socket) makes the member exited.
+//!
 //! Pure: bytes, signals and time in, effects out. Must never read or write a terminal, a file
 //! or a socket.
 
@@ -939,6 +943,52 @@ impl SlotCore {
     }
 }
 
+/// Why a slot has no link to its terminal host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkDown {
+    /// The link it had broke (the host closed it, or it failed).
+    Lost,
+    /// A connection could not be made because nobody listens at the host's socket, or there is
+    /// none: the host is gone.
+    NoHost,
+    /// A connection could not be made for another reason (no greeting in time, the host's
+    /// backlog full, a greeting that did not read).
+    Failed,
+}
+
+/// What a slot does about a missing link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Relink {
+    /// The program's exit is recorded: the member exited.
+    Exited,
+    /// Connect again after this long (the way a restarted slot does: the screen, the paste ids).
+    Reconnect { after_ms: Millis },
+    /// The host is gone, or did not answer in every attempt: the member is gone with it.
+    Gone,
+}
+
+/// How many times a connection that failed (not refused) is tried again.
+pub const RELINK_ATTEMPTS: u32 = 3;
+/// The wait before the first of them; doubled for each next one.
+pub const RELINK_BACKOFF_MS: Millis = 100;
+
+/// The rule for a missing terminal link, `attempt` being how many connections failed so far.
+/// A recorded exit always wins; a lost link is made again at once; a host nobody listens for is
+/// gone; any other failure is tried again, with backoff, a bounded number of times.
+pub fn relink(down: LinkDown, exit_recorded: bool, attempt: u32) -> Relink {
+    if exit_recorded {
+        return Relink::Exited;
+    }
+    match down {
+        LinkDown::Lost => Relink::Reconnect { after_ms: 0 },
+        LinkDown::NoHost => Relink::Gone,
+        LinkDown::Failed if attempt < RELINK_ATTEMPTS => Relink::Reconnect {
+            after_ms: RELINK_BACKOFF_MS << attempt,
+        },
+        LinkDown::Failed => Relink::Gone,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -978,6 +1028,35 @@ mod tests {
             ..Profile::default()
         };
         SlotCore::new(CompiledProfile::compile("tui", &p).unwrap(), settings(0), 0)
+    }
+
+    /// A lost link to a host still there is made again, never an exit; a recorded exit or a
+    /// host nobody listens for ends the member; other failures are retried, bounded, backing off.
+    #[test]
+    fn a_lost_link_is_made_again_and_only_a_gone_host_ends_the_member() {
+        assert_eq!(
+            relink(LinkDown::Lost, false, 0),
+            Relink::Reconnect { after_ms: 0 }
+        );
+        for down in [LinkDown::Lost, LinkDown::NoHost, LinkDown::Failed] {
+            for attempt in [0, 1, RELINK_ATTEMPTS, u32::MAX] {
+                assert_eq!(relink(down, true, attempt), Relink::Exited, "{down:?}");
+            }
+        }
+        assert_eq!(relink(LinkDown::NoHost, false, 0), Relink::Gone);
+        let waits: Vec<Relink> = (0..=RELINK_ATTEMPTS)
+            .map(|a| relink(LinkDown::Failed, false, a))
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                Relink::Reconnect { after_ms: 100 },
+                Relink::Reconnect { after_ms: 200 },
+                Relink::Reconnect { after_ms: 400 },
+                Relink::Gone
+            ]
+        );
+        assert_eq!(relink(LinkDown::Failed, false, u32::MAX), Relink::Gone);
     }
 
     #[test]
