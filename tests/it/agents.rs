@@ -798,17 +798,35 @@ async fn round_trip(cli: Cli) {
                 .await;
         }
         if cli == Cli::Codex {
-            // Added to Codex's own instructions, not in place of them.
-            let base = first.body["instructions"].as_str().unwrap_or("");
+            // Added to Codex's own instructions, not in place of them: Codex 0.171 sends its
+            // base instructions as the first developer message of the input (no `instructions`
+            // field), and the charter as a developer message of its own.
+            let texts: Vec<(String, String)> = first.body["input"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|item| {
+                    let role = item["role"].as_str().unwrap_or("").to_string();
+                    (role, item["content"].to_string())
+                })
+                .collect();
+            let base = texts.first().cloned().unwrap_or_default();
             eprintln!(
-                "codex instructions: {} chars, starting {:?}",
-                base.len(),
-                base.chars().take(60).collect::<String>()
+                "codex input[0]: {} {} chars, starting {:?}",
+                base.0,
+                base.1.len(),
+                base.1.chars().take(80).collect::<String>()
             );
-            if base.len() < 1000 || base.contains(CHARTER_MARKER) {
+            let charter_in = texts
+                .iter()
+                .position(|(role, text)| role == "developer" && text.contains(CHARTER_MARKER));
+            if base.0 != "developer"
+                || base.1.len() < 1000
+                || base.1.contains(CHARTER_MARKER)
+                || charter_in.is_none_or(|i| i == 0)
+            {
                 r.fail(&format!(
-                    "Codex's base instructions were replaced ({} chars)",
-                    base.len()
+                    "Codex's own instructions were not kept beside the charter: {texts:?}"
                 ))
                 .await;
             }
