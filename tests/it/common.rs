@@ -556,7 +556,7 @@ impl ArgvWatch {
                     }
                 }
                 // Pacing of the samples, not a wait for anything.
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(25));
             }
             (pids.len(), hits)
         });

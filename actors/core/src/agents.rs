@@ -7,7 +7,9 @@
 //! result is files to write into the member's wiring directory and arguments to append to its
 //! command. Pure: paths in, text out. Must never write the files itself (the spawn does) and
 //! never guess a flag: each one is taken from the CLI's docs/source and verified against the
-//! versions in the profile's `verified` list (docs/AGENTS.md).
+//! versions in the profile's `verified` list (docs/AGENTS.md). Must never put a charter, a
+//! prompt or a hook payload in an argument or an environment value (any local user reads
+//! `/proc/PID/cmdline`): it takes no charter text, only the charter file's path.
 
 use std::path::{Path, PathBuf};
 
