@@ -179,15 +179,16 @@ pub enum Cmd {
     /// Report this member's status from an agent hook (wins over screen rules).
     Signal {
         /// The state (working, idle, permission, question, exited; blocked = permission), or
-        /// with --hook the hook's JSON payload when the CLI passes it as an argument (Codex's
-        /// notify); without it the payload is read from stdin.
+        /// with --hook the hook's JSON payload as an argument (for a hand-run report: every
+        /// local user can read a command line); without it the payload is read from stdin
+        /// (bounded), which is how every hook fleetd wires passes it.
         arg: Option<String>,
         /// Report what an agent CLI's hook payload means (Claude Code, Gemini CLI, Codex's
         /// notify, fleetd's opencode plugin). Never fails the hook: problems go to stderr.
         #[arg(long)]
         hook: bool,
         /// With --hook: at a SessionStart, answer with this file as the session's additional
-        /// context (how Gemini CLI members get their charter).
+        /// context (how Gemini CLI and Codex members get their charter).
         #[arg(long, requires = "hook")]
         context: Option<PathBuf>,
     },

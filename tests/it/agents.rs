@@ -35,6 +35,10 @@ const STARTUP: Duration = Duration::from_secs(60);
 const TURN: Duration = Duration::from_secs(45);
 /// How long a held message is watched not to be delivered.
 const HOLD: Duration = Duration::from_secs(3);
+/// In every member's charter: it must reach the model, and never a command line.
+const CHARTER_MARKER: &str = "Charter marker 4d1f: you are a fleet member.";
+/// In the big message's body (its second line, after the header): never on a command line.
+const BODY_MARKER: &str = "Here is a long brief.";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cli {
@@ -361,7 +365,11 @@ impl Rig {
                 add("npm_config_fetch_retries", "0");
             }
         }
-        let d = D::with_env(test_config(), env).await;
+        let mut config = test_config();
+        for c in [&mut config.charters.primary, &mut config.charters.worker] {
+            c.push_str(&format!("\n{CHARTER_MARKER}\n"));
+        }
+        let d = D::with_env(config, env).await;
         let stream = d.client.events(0).await.expect("event stream");
         Some(Rig {
             cli,
@@ -637,6 +645,9 @@ async fn round_trip(cli: Cli) {
     };
     let api = cli.api();
     let t_test = now_ms();
+    // Every command line in the fleet's process tree, sampled through the test: the CLIs, their
+    // MCP servers, their hooks (which a sample may miss, being short), the PTY hosts.
+    let watch = ArgvWatch::start(r.d.pid(), vec![CHARTER_MARKER.into(), BODY_MARKER.into()]);
     r.start("lead", "primary").await;
     r.start("w1", "worker").await;
 
@@ -780,6 +791,65 @@ async fn round_trip(cli: Cli) {
         delivered4.seq,
         idle3.seq
     );
+    // The charter reached the model with each member's first turn (from its 0600 file), and
+    // neither it nor the message was ever on a command line.
+    for t in [&t1, &t2] {
+        let h = header(t);
+        let first = r
+            .mock
+            .requests()
+            .into_iter()
+            .find(|q| q.turn_prompt.as_deref().is_some_and(|p| p.contains(&h)));
+        let Some(first) = first else {
+            r.fail(&format!("no request of {t}'s turn")).await
+        };
+        if !first.body.to_string().contains(CHARTER_MARKER) {
+            r.fail(&format!("{t}'s first request does not carry the charter"))
+                .await;
+        }
+        if cli == Cli::Codex {
+            // Added to Codex's own instructions, not in place of them: Codex 0.171 sends its
+            // base instructions as the first developer message of the input (no `instructions`
+            // field), and the charter as a developer message of its own.
+            let texts: Vec<(String, String)> = first.body["input"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|item| {
+                    let role = item["role"].as_str().unwrap_or("").to_string();
+                    (role, item["content"].to_string())
+                })
+                .collect();
+            let base = texts.first().cloned().unwrap_or_default();
+            eprintln!(
+                "codex input[0]: {} {} chars, starting {:?}",
+                base.0,
+                base.1.len(),
+                base.1.chars().take(80).collect::<String>()
+            );
+            let charter_in = texts
+                .iter()
+                .position(|(role, text)| role == "developer" && text.contains(CHARTER_MARKER));
+            if base.0 != "developer"
+                || base.1.len() < 1000
+                || base.1.contains(CHARTER_MARKER)
+                || charter_in.is_none_or(|i| i == 0)
+            {
+                r.fail(&format!(
+                    "Codex's own instructions were not kept beside the charter: {texts:?}"
+                ))
+                .await;
+            }
+        }
+    }
+    let (seen, hits) = watch.finish();
+    eprintln!("argv watch {}: {seen} processes sampled", cli.name());
+    if !hits.is_empty() {
+        r.fail(&format!(
+            "command lines carried the charter or the message: {hits:#?}"
+        ))
+        .await;
+    }
     r.timing(format!("round trip test body {} ms", now_ms() - t_test));
     r.summary("round trip");
 }

@@ -493,3 +493,79 @@ pub fn http(mut s: UnixStream, method: &str, path: &str, body: &str) -> (u16, St
         .unwrap_or(0);
     (status, out)
 }
+
+/// Every process in `root`'s tree (`root` included, through `/proc/PID/task/*/children`): its
+/// pid and command line (NUL-separated arguments joined by spaces). What any local user can
+/// read of the fleet's processes.
+#[allow(dead_code)] // the argv tests' (tests/it/argv.rs, tests/it/agents.rs)
+pub fn tree_cmdlines(root: u32) -> Vec<(u32, String)> {
+    let mut out = vec![];
+    let mut todo = vec![root];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = todo.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        if let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let args: Vec<String> = raw
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            out.push((pid, args.join(" ")));
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            if let Ok(children) = std::fs::read_to_string(t.path().join("children")) {
+                todo.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A sampler of `root`'s process tree on a thread of its own, recording every command line
+/// that carries one of `needles` (short-lived processes such as hooks may be missed between
+/// samples, never made up).
+#[allow(dead_code)] // the argv tests'
+pub struct ArgvWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, Vec<String>)>,
+}
+
+#[allow(dead_code)] // the argv tests'
+impl ArgvWatch {
+    pub fn start(root: u32, needles: Vec<String>) -> ArgvWatch {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut hits: Vec<String> = vec![];
+            let mut pids = std::collections::HashSet::new();
+            while !s.load(Ordering::Relaxed) {
+                for (pid, cmd) in tree_cmdlines(root) {
+                    pids.insert(pid);
+                    if needles.iter().any(|n| cmd.contains(n.as_str())) && !hits.contains(&cmd) {
+                        hits.push(cmd);
+                    }
+                }
+                // Pacing of the samples, not a wait for anything.
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            (pids.len(), hits)
+        });
+        ArgvWatch { stop, thread }
+    }
+
+    /// Stop; how many distinct processes were seen, and the command lines that carried a needle.
+    pub fn finish(self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the argv watch thread")
+    }
+}

@@ -2,6 +2,7 @@
 
 mod agents;
 mod anchors;
+mod argv;
 mod common;
 mod config;
 mod crash;

@@ -7,7 +7,9 @@
 //! result is files to write into the member's wiring directory and arguments to append to its
 //! command. Pure: paths in, text out. Must never write the files itself (the spawn does) and
 //! never guess a flag: each one is taken from the CLI's docs/source and verified against the
-//! versions in the profile's `verified` list (docs/AGENTS.md).
+//! versions in the profile's `verified` list (docs/AGENTS.md). Must never put a charter, a
+//! prompt or a hook payload in an argument or an environment value (any local user reads
+//! `/proc/PID/cmdline`): it takes no charter text, only the charter file's path.
 
 use std::path::{Path, PathBuf};
 
@@ -99,12 +101,24 @@ fn shim_args(m: &Member) -> Vec<String> {
     vec!["--state-dir".into(), path(m.state_dir), "mcp".into()]
 }
 
-/// The hook command line (run by the CLI through a shell; the payload comes on stdin).
+/// The hook command line (run by the CLI through a shell; the payload comes on stdin, never
+/// on the command line, which every local user can read in `/proc/PID/cmdline`).
 fn hook_command(m: &Member) -> String {
     format!(
         "{} --state-dir {} signal --hook",
         shell_quote(&path(m.fleetd)),
         shell_quote(&path(m.state_dir))
+    )
+}
+
+/// The hook command line that also answers a SessionStart with the charter as the session's
+/// additional context, read from the charter file (0600): the CLI gets its charter without it
+/// ever being on a command line.
+fn hook_command_with_charter(m: &Member) -> String {
+    format!(
+        "{} --context {}",
+        hook_command(m),
+        shell_quote(&path(m.charter))
     )
 }
 
@@ -214,12 +228,15 @@ fn codex_hook_trust(event_snake: &str, command: &str, timeout: u64) -> String {
 /// variables it must see (`env_vars`; Codex passes no other environment to MCP servers),
 /// required (the first turn waits for its tools) and pre-approved. The hooks, pre-trusted.
 /// The working directory trusted (its first-run screen would stop the agent before its
-/// prompt). The charter as developer instructions (added to Codex's own, not replacing them).
-fn codex(m: &Member, charter_text: &str) -> Wiring {
+/// prompt). The charter comes back from the `SessionStart` hook as additional context (added
+/// to Codex's instructions; Codex fires it again after a compaction). Not
+/// `-c developer_instructions=TEXT`: that put the whole charter on the command line, readable
+/// by every local user; `model_instructions_file` would replace Codex's own instructions.
+fn codex(m: &Member) -> Wiring {
     let fleetd = path(m.fleetd);
     let shim: Vec<String> = shim_args(m);
     let shim_refs: Vec<&str> = shim.iter().map(String::as_str).collect();
-    let command = hook_command(m);
+    let command = hook_command_with_charter(m);
     let mut args = vec!["--no-daemon".to_string()];
     let mut c = |k: &str, v: String| {
         args.push("-c".into());
@@ -262,7 +279,6 @@ fn codex(m: &Member, charter_text: &str) -> Wiring {
             format!("{{{}={{trust_level=\"trusted\"}}}}", toml_str(&path(cwd))),
         );
     }
-    c("developer_instructions", toml_str(charter_text));
     Wiring {
         files: vec![],
         links: vec![],
@@ -275,7 +291,11 @@ fn codex(m: &Member, charter_text: &str) -> Wiring {
                 "hooks {} -> fleetd signal --hook, pre-trusted, by -c hooks",
                 CODEX_HOOKS.iter().map(|h| h.0).collect::<Vec<_>>().join(", ")
             ),
-            "the working directory trusted, and the charter as developer_instructions, by -c".into(),
+            "the working directory trusted, by -c".into(),
+            format!(
+                "charter given as SessionStart context from {}",
+                path(m.charter)
+            ),
         ],
     }
 }
@@ -350,11 +370,7 @@ fn gemini(m: &Member, user: &UserConfig) -> Wiring {
     let home = m.dir.join("gemini-home");
     let dot = home.join(".gemini");
     let settings = dot.join("settings.json");
-    let command = format!(
-        "{} --context {}",
-        hook_command(m),
-        shell_quote(&path(m.charter))
-    );
+    let command = hook_command_with_charter(m);
     let ours = json!({ "hooks": [{ "type": "command", "command": command, "name": "fleetd", "timeout": 10000 }] });
     let mut merged = user
         .settings
@@ -408,6 +424,9 @@ fn gemini(m: &Member, user: &UserConfig) -> Wiring {
 
 /// The opencode plugin: reports the session's events to `fleetd signal --hook`, one at a
 /// time and in order (spawned reports can otherwise overtake each other), skipping repeats.
+/// The payload goes on the report's stdin, never its command line (which every local user can
+/// read); of a user message it carries only the first line, the header that tells the daemon
+/// the turn is on its paste.
 fn opencode_plugin(m: &Member) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     format!(
@@ -424,9 +443,11 @@ function report(payload) {{
   last = key;
   chain = chain.then(() => new Promise((resolve) => {{
     try {{
-      const p = spawn(FLEETD, ["--state-dir", STATE, "signal", "--hook", JSON.stringify(payload)], {{ stdio: "ignore" }});
+      const p = spawn(FLEETD, ["--state-dir", STATE, "signal", "--hook"], {{ stdio: ["pipe", "ignore", "ignore"] }});
       p.on("exit", resolve);
       p.on("error", resolve);
+      p.stdin.on("error", () => {{}});
+      p.stdin.end(JSON.stringify(payload));
     }} catch (e) {{ resolve(); }}
   }}));
 }}
@@ -446,7 +467,8 @@ export const FleetdPlugin = async () => ({{
   }},
   "chat.message": async (input, output) => {{
     const parts = (output && output.parts) || [];
-    const prompt = parts.filter((x) => x && x.type === "text").map((x) => x.text).join("\n").slice(0, 512);
+    const text = parts.filter((x) => x && x.type === "text").map((x) => x.text).join("\n");
+    const prompt = text.split("\n", 1)[0].slice(0, 512);
     report({{ event: "turn-started", session_id: input && input.sessionID, prompt }});
   }},
 }});
@@ -498,12 +520,13 @@ fn pretty(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default() + "\n"
 }
 
-/// The wiring for a member of kind `kind`. `charter_text` is the charter's content, for CLIs
-/// that take it inline; `user` what the spawn read of the user's own config for this CLI.
-pub fn wire(kind: AgentKind, m: &Member, charter_text: &str, user: &UserConfig) -> Wiring {
+/// The wiring for a member of kind `kind`; `user` what the spawn read of the user's own config
+/// for this CLI. Every CLI reads its charter from the charter file (`m.charter`): no charter,
+/// prompt or hook payload is ever put on a command line or in the environment.
+pub fn wire(kind: AgentKind, m: &Member, user: &UserConfig) -> Wiring {
     match kind {
         AgentKind::Claude => claude(m),
-        AgentKind::Codex => codex(m, charter_text),
+        AgentKind::Codex => codex(m),
         AgentKind::Gemini => gemini(m, user),
         AgentKind::Opencode => opencode(m),
     }
@@ -553,12 +576,7 @@ mod tests {
     #[test]
     fn claude_is_wired_with_files_and_flags() {
         let dir = PathBuf::from("/var/lib/fleetd/agents/w1");
-        let w = wire(
-            AgentKind::Claude,
-            &member(&dir),
-            "charter",
-            &UserConfig::default(),
-        );
+        let w = wire(AgentKind::Claude, &member(&dir), &UserConfig::default());
         assert_eq!(
             w.args,
             [
@@ -594,12 +612,7 @@ mod tests {
     #[test]
     fn codex_is_wired_by_overrides_that_parse_as_toml() {
         let dir = PathBuf::from("/x");
-        let w = wire(
-            AgentKind::Codex,
-            &member(&dir),
-            "be \"careful\"\nline 2",
-            &UserConfig::default(),
-        );
+        let w = wire(AgentKind::Codex, &member(&dir), &UserConfig::default());
         assert!(w.files.is_empty());
         assert_eq!(w.args[0], "--no-daemon");
         let mut doc = toml::Table::new();
@@ -624,15 +637,15 @@ mod tests {
             mcp["args"].as_array().unwrap()[0].as_str(),
             Some("--state-dir")
         );
-        assert_eq!(
-            doc["developer_instructions"],
-            toml::Value::String("be \"careful\"\nline 2".into())
-        );
+        // The charter comes from its file by the SessionStart hook, never by a -c value.
+        assert!(!doc.contains_key("developer_instructions"), "{doc:?}");
         let hooks = doc["hooks"].as_table().unwrap();
         let stop = &hooks["Stop"].as_array().unwrap()[0]["hooks"][0];
         assert_eq!(
             stop["command"].as_str(),
-            Some("'/opt/fleet d/fleetd' --state-dir /var/lib/fleetd signal --hook")
+            Some(
+                "'/opt/fleet d/fleetd' --state-dir /var/lib/fleetd signal --hook --context /var/lib/fleetd/charters/w1.md"
+            )
         );
         let state = doc["hooks.state"].as_table().unwrap();
         assert_eq!(state.len(), CODEX_HOOKS.len());
@@ -676,7 +689,7 @@ mod tests {
             ),
             entries: vec!["oauth_creds.json".into(), "settings.json".into(), "tmp".into()],
         };
-        let w = wire(AgentKind::Gemini, &member(&dir), "c", &user);
+        let w = wire(AgentKind::Gemini, &member(&dir), &user);
         assert_eq!(
             w.env,
             vec![(
@@ -711,12 +724,7 @@ mod tests {
                 ),
             ]
         );
-        let w = wire(
-            AgentKind::Opencode,
-            &member(&dir),
-            "c",
-            &UserConfig::default(),
-        );
+        let w = wire(AgentKind::Opencode, &member(&dir), &UserConfig::default());
         let o: serde_json::Value = serde_json::from_str(&w.files[0].1).unwrap();
         assert_eq!(
             o["mcp"]["fleet"]["command"],
@@ -758,6 +766,84 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+
+    #[test]
+    // Runs the generated plugin with a real node, where one is installed.
+    #[allow(clippy::disallowed_methods, clippy::disallowed_types)]
+    fn the_opencode_plugin_reports_on_stdin_and_never_on_the_command_line() {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(node) = which_node() else {
+            eprintln!("skipped: no node on PATH to run the generated opencode plugin");
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        // A stand-in for fleetd that records its command line and its stdin, one report each.
+        let fake = d.join("fleetd");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{0}/argv'\ncat >> '{0}/stdin'\necho >> '{0}/stdin'\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let m = Member {
+            name: "w1",
+            fleetd: &fake,
+            state_dir: d,
+            charter: &d.join("charter.md"),
+            dir: d,
+            cwd: None,
+        };
+        let plugin = d.join("plugin.mjs");
+        std::fs::write(&plugin, opencode_plugin(&m)).unwrap();
+        let header = "[fleet ticket t-1 from lead · answer with fleet_reply]";
+        let body = "MESSAGE-MARKER-51c2: the body of the pasted message";
+        let driver = d.join("driver.mjs");
+        std::fs::write(
+            &driver,
+            format!(
+                r#"import {{ FleetdPlugin }} from {url};
+const p = await FleetdPlugin();
+await p["chat.message"]({{ sessionID: "s1" }}, {{ parts: [{{ type: "text", text: {text} }}] }});
+await p.event({{ event: {{ type: "session.idle", properties: {{ sessionID: "s1" }} }} }});
+"#,
+                url = serde_json::to_string(&format!("file://{}", plugin.display())).unwrap(),
+                text = serde_json::to_string(&format!("{header}\n{body}\n{body}")).unwrap(),
+            ),
+        )
+        .unwrap();
+        // node exits once every report's child has: the reports are chained.
+        let out = std::process::Command::new(node)
+            .arg(&driver)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let argv = std::fs::read_to_string(d.join("argv")).unwrap();
+        let lines: Vec<&str> = argv.lines().collect();
+        let args = format!("--state-dir {} signal --hook", d.display());
+        assert_eq!(lines, [args.as_str(), args.as_str()], "{argv}");
+        let stdin = std::fs::read_to_string(d.join("stdin")).unwrap();
+        let reports: Vec<serde_json::Value> = stdin
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            reports,
+            [
+                json!({"event": "turn-started", "session_id": "s1", "prompt": header}),
+                json!({"event": "idle", "session_id": "s1"}),
+            ]
+        );
+        assert!(!stdin.contains("MESSAGE-MARKER"), "{stdin}");
     }
 
     /// node, for checking the generated plugin's syntax where it is installed.

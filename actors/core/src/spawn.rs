@@ -728,4 +728,64 @@ mod tests {
             vec!["wired", "worktree /state/worktrees/w1 on branch fleet/w1"]
         );
     }
+
+    #[test]
+    fn no_profile_puts_the_charter_on_a_command_line_or_in_the_environment() {
+        // /proc/PID/cmdline is readable by every local user; the charter file is 0600. Every
+        // built-in profile, with its agent wiring, must give the charter by file only.
+        let marker = "CHARTER-MARKER-7f3a";
+        let mut config = Config::default();
+        config.charters.worker = format!("You are a worker. {marker}");
+        let mut names: Vec<&String> = config.profiles.keys().collect();
+        names.sort();
+        for want in ["claude", "codex", "gemini", "generic", "opencode", "sim"] {
+            assert!(names.iter().any(|n| *n == want), "no profile {want}");
+        }
+        for name in names {
+            let mut r = req("worker", "w1");
+            r.profile = Some(name.clone());
+            if config.profiles[name].command.is_empty() {
+                r.command = Some(vec!["my-agent".into(), "--flag".into()]);
+            }
+            r.cwd = Some("/src/proj".into());
+            let p = planned(&r, &config, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(p.charter.text(None).contains(marker), "{name}");
+            let dir = Path::new("/state/agents/w1");
+            let wiring = match p.agent {
+                Some(kind) => crate::agents::wire(
+                    kind,
+                    &crate::agents::Member {
+                        name: "w1",
+                        fleetd: Path::new("/bin/fleetd"),
+                        state_dir: Path::new("/state"),
+                        charter: &p.charter_file,
+                        dir,
+                        cwd: Some(Path::new("/src/proj")),
+                    },
+                    &crate::agents::UserConfig::default(),
+                ),
+                None => crate::agents::Wiring::default(),
+            };
+            let argv = p.argv(wiring.args.clone());
+            let env = p.env(&wiring.env);
+            for a in &argv {
+                assert!(!a.contains(marker), "{name}: the charter is on argv: {a}");
+            }
+            for (k, v) in &env {
+                assert!(!v.contains(marker), "{name}: the charter is in ${k}");
+            }
+            // The wiring's files go to the member's wiring directory (written 0600) and hold
+            // no charter text either: an agent CLI reads the charter file itself.
+            for (f, text) in &wiring.files {
+                assert!(f.starts_with(dir), "{name}: {}", f.display());
+                assert!(!text.contains(marker), "{name}: {}", f.display());
+            }
+            if p.agent.is_some() {
+                let charter = p.charter_file.display().to_string();
+                let named = argv.iter().any(|a| a.contains(&charter))
+                    || wiring.files.iter().any(|(_, t)| t.contains(&charter));
+                assert!(named, "{name}: the wiring never names the charter file");
+            }
+        }
+    }
 }

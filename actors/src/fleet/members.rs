@@ -305,7 +305,6 @@ impl Fleet {
                             dir: &dir,
                             cwd: cwd.as_deref().map(std::path::Path::new),
                         },
-                        &charter,
                         &user,
                     );
                     for (path, text) in &w.files {
