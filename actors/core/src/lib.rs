@@ -29,6 +29,7 @@ pub mod link;
 pub mod mail;
 pub mod registry;
 pub mod sanitize;
+pub mod session;
 pub mod slot;
 pub mod spawn;
 pub mod supervisor;
