@@ -7,6 +7,8 @@ mod config;
 mod crash;
 mod dashboard;
 mod demo;
+mod doors_git;
+mod doors_resume;
 mod drift;
 mod durability;
 mod fleet;
