@@ -80,7 +80,9 @@ async fn no_hook_fsmonitor_or_filter_a_member_can_write_runs_when_fleetd_makes_o
     git(&repo, &["add", ".gitattributes", "tracked.txt"]);
     git(&repo, &["commit", "-q", "-m", "root"]);
     // What the repository names before the member exists (another member could have written
-    // it): hooks that run at a checkout and at an index change, fsmonitor, a filter driver.
+    // it): hooks that run at a checkout and at an index change, fsmonitor, a filter driver
+    // (its `smudge` and `clean`; a long-running `process` is in the unit test, since one that
+    // fails makes the git CLI stop before the rest of this test would run on it).
     let common = repo.join(git(&repo, &["rev-parse", "--git-common-dir"]));
     let hooks = common.join("hooks");
     for h in ["post-checkout", "post-index-change", "pre-auto-gc"] {
@@ -99,10 +101,6 @@ async fn no_hook_fsmonitor_or_filter_a_member_can_write_runs_when_fleetd_makes_o
             "filter.evil.clean",
             format!("{} %f", marker(&marks, "clean").display()),
         ),
-        (
-            "filter.evil.process",
-            format!("{} process", marker(&marks, "process").display()),
-        ),
     ] {
         git(&repo, &["config", k, &v]);
     }
@@ -116,12 +114,8 @@ async fn no_hook_fsmonitor_or_filter_a_member_can_write_runs_when_fleetd_makes_o
             "cwd": repo.display().to_string(), "command": sim(&[])}),
         )
         .await;
-    assert_eq!(
-        ran(&marks),
-        none,
-        "making the worktree ran programs the repository names: {spawned:?}"
-    );
-    let v = spawned.unwrap();
+    let at_make = ran(&marks);
+    let v = spawned.unwrap_or_else(|e| panic!("spawn: {e}; ran: {at_make:?}"));
     assert_eq!(v["worktree"]["branch"], "fleet/w1", "{v}");
     ev.status("w1", "idle").await;
     let wt = d.state.join("worktrees").join("w1");
@@ -133,10 +127,14 @@ async fn no_hook_fsmonitor_or_filter_a_member_can_write_runs_when_fleetd_makes_o
     // cleanup's `git branch -D`), into the repository's common dir, as the issue describes.
     hook(&hooks, &marks, "reference-transaction");
     let _: Value = d.client.delete("/members/w1").await.unwrap();
+    let at_remove: Vec<String> = ran(&marks)
+        .into_iter()
+        .filter(|m| !at_make.contains(m))
+        .collect();
     assert_eq!(
-        ran(&marks),
-        none,
-        "removing the worktree ran programs the repository names; log:\n{}",
+        (at_make, at_remove),
+        (none.clone(), none),
+        "programs the repository names ran (when the worktree was made, when it was removed); log:\n{}",
         d.log()
     );
     assert!(!wt.exists(), "a worktree without work is removed");
