@@ -2,9 +2,11 @@
 //! launched. Who is spawned (name, role, architect slot, directory; a resume takes the exited
 //! member's), which profile (the one named; the slot's; `generic` for a bare command, with a
 //! note saying so), the command (the request's, the slot's or the profile's; a resume's from
-//! the profile's `resume`), `{fleetd}` / `{charter_file}` / `{session_id}` expanded, the
-//! environment and what is unset from the daemon's, the charter to write (a resumed member
-//! keeps its own), the worktree asked for, the terminal size, and what the answer's notes say.
+//! the profile's `resume`, the resumed session id checked again for that CLI by `session.rs`,
+//! the wiring put before a `--` that precedes the id), `{fleetd}` / `{charter_file}` /
+//! `{session_id}` expanded, the environment and what is unset from the daemon's, the charter
+//! to write (a resumed member keeps its own), the worktree asked for, the terminal size, and
+//! what the answer's notes say.
 //!
 //! Owns these decisions and their refusals; the shell (`fleet/members.rs`) performs the plan's
 //! steps in order: reserve, write the charter, make the worktree, write the wiring, launch,
@@ -75,7 +77,7 @@ pub fn resumable(
         return Err(FleetError::conflict(
             what,
             format!(
-                "`{name}` never reported a session id (profile `{}`: its agent's hooks did not send one)",
+                "`{name}` never reported a session id (profile `{}`: its agent's hooks sent none, or none in its CLI's format, which the daemon's log says)",
                 rec.profile
             ),
             "resume of a member whose agent reported its session (claude, codex, gemini, opencode profiles)",
