@@ -452,10 +452,16 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                     serde_json::from_str(&payload).context("the hook payload is not JSON")?;
                 // A resumed session has its charter already (in its history).
                 let starts = v["hook_event_name"] == "SessionStart" && v["source"] != "resume";
-                let _: Value = client(&sd)?
+                let ack: Value = client(&sd)?
                     .post("/signal", &json!({"hook": v}))
                     .await
                     .map_err(api)?;
+                if let Some(why) = ack["session_refused"].as_str() {
+                    eprintln!(
+                        "fleetd signal --hook: the session id was not kept for resume: {}",
+                        fleetd_actors::sanitize::for_display(why)
+                    );
+                }
                 if let (Some(file), true) = (context, starts) {
                     let text = std::fs::read(&file)
                         .with_context(|| format!("the context file {}", file.display()))?;

@@ -420,7 +420,8 @@ pub struct Profile {
     /// (`fleetd agents` compares them with the installed one).
     pub verified: Vec<String>,
     /// The command that resumes a member's conversation; `{session_id}` is the id the agent
-    /// reported. Empty: this profile cannot resume.
+    /// reported, in its CLI's format (`session.rs`), passed glued (`--resume={session_id}`) or
+    /// after `--` (the wiring then goes before the `--`). Empty: this profile cannot resume.
     pub resume: Vec<String>,
     /// On a stable screen, the agent is at its prompt with an empty input box (idle). None: a
     /// stable screen is idle.

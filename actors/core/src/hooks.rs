@@ -2,7 +2,8 @@
 //!
 //! Owns the mapping from what agent CLIs report (a state named on the command line, or a hook's
 //! JSON payload as Claude Code, Gemini CLI, Codex's `notify` and fleetd's opencode plugin send
-//! it) to a [`Signal`] for the member's slot and the native session id to remember for resume.
+//! it) to a [`Signal`] for the member's slot and the native session id it names (checked by
+//! `session.rs` for the member's CLI before it is kept for resume).
 //! An event it does not know means nothing (no status change), never a guess. Pure: JSON in,
 //! typed values out. Must never decide identity (the daemon takes that from the process tree)
 //! and never trust a payload to make a permission dialog injectable.
@@ -27,7 +28,8 @@ pub struct Report {
     /// The status change it means; None: it changes nothing.
     #[serde(skip)]
     pub signal: Option<Signal>,
-    /// The agent's own session id, for `fleetd spawn --resume`.
+    /// The session id the payload names, as reported (bounded, unchecked): kept for
+    /// `fleetd spawn --resume` only if `session::check` accepts it for the member's agent CLI.
     pub session_id: Option<String>,
 }
 
@@ -58,18 +60,17 @@ fn text(v: &Value, key: &str) -> Option<String> {
         .map(|s| crate::types::truncate(s, PROMPT_KEPT))
 }
 
-/// A session id as the CLI reported it: printable, bounded, or nothing.
+/// The most of a reported session id kept for its check (no CLI's id is near this long).
+pub const SESSION_KEPT: usize = 256;
+
+/// The session id the payload names, as reported (bounded), or nothing. It is member text: the
+/// daemon keeps it only once `session::check` accepts it for the member's agent CLI.
 fn session(v: &Value) -> Option<String> {
     ["session_id", "sessionId", "thread-id", "thread_id"]
         .iter()
         .find_map(|k| v.get(*k).and_then(Value::as_str))
-        .filter(|s| {
-            !s.is_empty()
-                && s.len() <= 128
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
-        })
-        .map(str::to_string)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.chars().take(SESSION_KEPT).collect())
 }
 
 /// The last user message of a Codex `agent-turn-complete` notification.
@@ -217,10 +218,19 @@ mod tests {
             "prompt": "p".repeat(100_000),
         }))
         .unwrap();
-        assert_eq!(
-            r.session_id, None,
-            "a session id that is not an id is dropped"
-        );
+        // Named as reported; no profile's check accepts it, so it is never kept.
+        let id = r.session_id.clone().unwrap();
+        for agent in crate::config::AgentKind::ALL
+            .map(Some)
+            .into_iter()
+            .chain([None])
+        {
+            assert!(crate::session::check("p", agent, &id).is_err(), "{agent:?}");
+        }
+        let long =
+            from_payload(&json!({"hook_event_name": "Stop", "session_id": "x".repeat(100_000)}))
+                .unwrap();
+        assert!(long.session_id.unwrap().chars().count() <= SESSION_KEPT);
         let Some(Signal::TurnStarted { prompt: Some(p) }) = r.signal else {
             panic!("{r:?}")
         };

@@ -30,6 +30,7 @@ pub mod mail;
 pub mod registry;
 pub mod sandbox;
 pub mod sanitize;
+pub mod session;
 pub mod slot;
 pub mod spawn;
 pub mod supervisor;

@@ -2,9 +2,11 @@
 //! launched. Who is spawned (name, role, architect slot, directory; a resume takes the exited
 //! member's), which profile (the one named; the slot's; `generic` for a bare command, with a
 //! note saying so), the command (the request's, the slot's or the profile's; a resume's from
-//! the profile's `resume`), `{fleetd}` / `{charter_file}` / `{session_id}` expanded, the
-//! environment and what is unset from the daemon's, the charter to write (a resumed member
-//! keeps its own), the worktree asked for, the terminal size, and what the answer's notes say.
+//! the profile's `resume`, the resumed session id checked again for that CLI by `session.rs`,
+//! the wiring put before a `--` that precedes the id), `{fleetd}` / `{charter_file}` /
+//! `{session_id}` expanded, the environment and what is unset from the daemon's, the charter
+//! to write (a resumed member keeps its own), the worktree asked for, the terminal size, and
+//! what the answer's notes say.
 //!
 //! Owns these decisions and their refusals; the shell (`fleet/members.rs`) performs the plan's
 //! steps in order: reserve, write the charter, make the worktree, write the wiring, launch,
@@ -75,7 +77,7 @@ pub fn resumable(
         return Err(FleetError::conflict(
             what,
             format!(
-                "`{name}` never reported a session id (profile `{}`: its agent's hooks did not send one)",
+                "`{name}` never reported a session id (profile `{}`: its agent's hooks sent none, or none in its CLI's format, which the daemon's log says)",
                 rec.profile
             ),
             "resume of a member whose agent reported its session (claude, codex, gemini, opencode profiles)",
@@ -176,8 +178,11 @@ pub struct SpawnPlan {
     pub reserve_wait: Duration,
     pub profile_name: String,
     pub profile: Profile,
-    /// The command, expanded; the agent's wiring arguments go after it (`argv`).
+    /// The command, expanded; the agent's wiring arguments go after it (`argv`), or, for a
+    /// resume whose template puts the id after `--`, before that `--`.
     pub command: Vec<String>,
+    /// Where the wiring's arguments go in `command` (None: at its end).
+    wiring_at: Option<usize>,
     pub charter: Charter,
     pub charter_file: PathBuf,
     pub worktree: Option<WorktreeAsk>,
@@ -242,6 +247,7 @@ pub fn plan(
             ),
         )
     })?;
+    let mut wiring_at = None;
     let argv: Vec<String> = match (prior, &req.command) {
         (Some(p), _) => {
             let session = p.session_id.clone().unwrap_or_default();
@@ -252,7 +258,23 @@ pub fn plan(
                     "resume of a member whose profile sets `resume` (claude, codex, gemini, opencode)",
                 ));
             }
+            // Checked again here: an id kept by an older fleetd, or under another profile, is
+            // never put on a command line unless it is one of this CLI's.
+            crate::session::check(&profile_name, profile.agent, &session).map_err(|e| {
+                FleetError::invalid(
+                    format!("fleet_spawn {{resume: {name}}}"),
+                    format!(
+                        "the session id `{name}` reported is refused: {}: {}",
+                        e.refused, e.why
+                    ),
+                    format!(
+                        "{} (a new spawn of `{name}` starts a new session)",
+                        e.accepted
+                    ),
+                )
+            })?;
             notes.push(format!("resumed session {session}"));
+            wiring_at = resume_wiring_at(&profile.resume);
             profile
                 .resume
                 .iter()
@@ -317,6 +339,7 @@ pub fn plan(
         agent: profile.agent,
         profile: profile.clone(),
         command,
+        wiring_at,
         charter: Charter {
             composed: config.charters.compose(role),
             keep_existing: prior.is_some(),
@@ -333,6 +356,15 @@ pub fn plan(
     })
 }
 
+/// Where a resume template takes the wiring's arguments: before the `--` that precedes the
+/// session id (`["codex", "resume", "--", "{session_id}"]`), so they stay options; None when the
+/// id is not passed after `--` (they go at the end).
+fn resume_wiring_at(template: &[String]) -> Option<usize> {
+    template
+        .windows(2)
+        .position(|w| w[0] == "--" && w[1] == "{session_id}")
+}
+
 impl SpawnPlan {
     pub fn name(&self) -> &MemberName {
         &self.reserve.name
@@ -342,10 +374,13 @@ impl SpawnPlan {
         self.reserve.role
     }
 
-    /// The full command: the expanded command, then the agent wiring's arguments.
+    /// The full command: the expanded command, then the agent wiring's arguments (for a resume
+    /// that passes the id after `--`, the wiring's options go before the `--`, where the CLI
+    /// still reads them as options: `codex resume -c ... -- ID`).
     pub fn argv(&self, wiring_args: Vec<String>) -> Vec<String> {
         let mut argv = self.command.clone();
-        argv.extend(wiring_args);
+        let at = self.wiring_at.unwrap_or(argv.len()).min(argv.len());
+        argv.splice(at..at, wiring_args);
         argv
     }
 
@@ -629,7 +664,8 @@ mod tests {
     #[test]
     fn a_resume_takes_the_exited_members_identity_its_profiles_resume_command_and_its_charter() {
         let config = Config::default();
-        let mut prior = exited("c1", "claude", Some("sess-9"));
+        let sid = "0b1c2d3e-1111-4222-8333-444455556666";
+        let mut prior = exited("c1", "claude", Some(sid));
         prior.worktree = Some(Worktree {
             path: "/state/worktrees/c1".into(),
             branch: "fleet/c1".into(),
@@ -647,9 +683,15 @@ mod tests {
         assert_eq!(m.cwd.as_deref(), Some("/work/x"));
         let p = plan(m, &r, &config, Some(&prior), op(), host()).unwrap();
         assert_eq!(p.profile_name, "claude");
-        assert_eq!(p.command, vec!["claude", "--resume", "sess-9"]);
-        assert_eq!(p.session_id.as_deref(), Some("sess-9"));
-        assert_eq!(p.notes(vec![], None), vec!["resumed session sess-9"]);
+        assert_eq!(
+            p.command,
+            vec!["claude".to_string(), format!("--resume={sid}")]
+        );
+        assert_eq!(p.session_id.as_deref(), Some(sid));
+        assert_eq!(
+            p.notes(vec![], None),
+            vec![format!("resumed session {sid}")]
+        );
         assert_eq!(
             p.worktree,
             Some(WorktreeAsk {
@@ -670,6 +712,91 @@ mod tests {
                 "profile `shell` has no resume command"
             )
         );
+    }
+
+    /// Door 5 of issue 24: a resume puts the id on the command line only if it is the CLI's
+    /// own format, and then glued to its option or after `--` (the wiring before the `--`).
+    #[test]
+    fn a_resume_id_is_checked_for_its_cli_and_never_passed_as_a_bare_argument() {
+        let config = Config::default();
+        let uuid = "0b1c2d3e-1111-4222-8333-444455556666";
+        let ses = "ses_1f2e3d4c5b6aAbCdEfGhIjKlMn";
+        let r = SpawnRequest {
+            resume: Some("m1".into()),
+            ..Default::default()
+        };
+        let wiring = || vec!["-c".to_string(), "k=v".to_string()];
+        for (profile, id, argv) in [
+            (
+                "claude",
+                uuid,
+                vec![
+                    "claude".to_string(),
+                    format!("--resume={uuid}"),
+                    "-c".into(),
+                    "k=v".into(),
+                ],
+            ),
+            (
+                "codex",
+                uuid,
+                ["codex", "resume", "-c", "k=v", "--", uuid]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            (
+                "gemini",
+                uuid,
+                vec![
+                    "gemini".to_string(),
+                    format!("--resume={uuid}"),
+                    "-c".into(),
+                    "k=v".into(),
+                ],
+            ),
+            (
+                "opencode",
+                ses,
+                vec![
+                    "opencode".to_string(),
+                    format!("--session={ses}"),
+                    "-c".into(),
+                    "k=v".into(),
+                ],
+            ),
+        ] {
+            let prior = exited("m1", profile, Some(id));
+            let p = planned(&r, &config, Some(&prior)).unwrap();
+            assert_eq!(p.argv(wiring()), argv, "{profile}");
+            // No id the hooks could have sent becomes an argument of its own that is an option.
+            for bad in [
+                "--dangerously-skip-permissions",
+                "--yolo",
+                "-c",
+                "--",
+                "latest",
+                "x y",
+                "",
+            ] {
+                let prior = exited("m1", profile, Some(bad));
+                let e = planned(&r, &config, Some(&prior)).unwrap_err();
+                assert_eq!(e.refused, "fleet_spawn {resume: m1}", "{profile} {bad}");
+                assert!(e.why.contains("session id"), "{profile} {bad}: {e}");
+                assert!(
+                    e.accepted.contains(crate::session::accepted(p.agent)),
+                    "{profile} {bad}: {e}"
+                );
+            }
+        }
+        // Another CLI's id is not this one's.
+        let prior = exited("m1", "opencode", Some(uuid));
+        assert!(planned(&r, &config, Some(&prior)).is_err());
+        // A new spawn's command takes the wiring at its end, `--` or not.
+        let mut n = req("worker", "w1");
+        n.profile = Some("codex".into());
+        n.command = cmd(&["codex", "--", "x"]);
+        let p = planned(&n, &config, None).unwrap();
+        assert_eq!(p.argv(wiring()), ["codex", "--", "x", "-c", "k=v"]);
     }
 
     #[test]

@@ -5,7 +5,8 @@ use super::*;
 
 impl Fleet {
     /// A status report from inside a member's process tree: `fleetd signal STATE`, or an agent
-    /// hook's payload (`fleetd signal --hook`). Records the agent's session id for resume.
+    /// hook's payload (`fleetd signal --hook`). Records the agent's session id for resume if it
+    /// is one of the member's CLI (else the answer and the log say why it was not kept).
     pub async fn signal(
         &self,
         caller: &Caller,
@@ -33,13 +34,34 @@ impl Fleet {
                 "an authorized signal has no member",
             ));
         };
-        if let Some(id) = &report.session_id
-            && let Ok(r) = self.registry().await
-        {
-            r.cast(RegistryMsg::Session {
-                name: m.name.clone(),
-                id: id.clone(),
-            });
+        // The id is member text that a resume puts on the agent's command line: kept only in
+        // the format of the member's own CLI (`session::check`), else refused and logged.
+        let mut session_id = None;
+        let mut session_refused = None;
+        if let Some(id) = &report.session_id {
+            let profile = self.member(&m.name).await.ok().flatten().map(|r| r.profile);
+            let profile = profile.unwrap_or_default();
+            let agent = self
+                .ctx
+                .config()
+                .profiles
+                .get(&profile)
+                .and_then(|p| p.agent);
+            match crate::session::check(&profile, agent, id) {
+                Ok(()) => {
+                    if let Ok(r) = self.registry().await {
+                        r.cast(RegistryMsg::Session {
+                            name: m.name.clone(),
+                            id: id.clone(),
+                        });
+                    }
+                    session_id = Some(id.clone());
+                }
+                Err(e) => {
+                    tracing::warn!(member = %m.name, refused = %e, "session id not kept");
+                    session_refused = Some(e.to_string());
+                }
+            }
         }
         let signal = report.signal.clone();
         if let Some(signal) = signal {
@@ -53,7 +75,8 @@ impl Fleet {
             member: m.name.clone(),
             event: report.event,
             signal: report.signal.as_ref().map(|s| s.name().to_string()),
-            session_id: report.session_id,
+            session_id,
+            session_refused,
         })
     }
 

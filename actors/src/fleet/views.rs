@@ -83,7 +83,11 @@ pub struct SignalAck {
     pub event: String,
     /// The status signal it meant; None: the event changes no status.
     pub signal: Option<String>,
+    /// The session id kept for resume.
     pub session_id: Option<String>,
+    /// Why the session id the report named was not kept (not in the member's CLI's format).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_refused: Option<String>,
 }
 
 /// A message's delivery receipt.
