@@ -6,7 +6,9 @@
 //! --dangerously-skip-permissions`. Here a stand-in `claude` (first on the daemon's PATH; it
 //! records its argv, reports the session id it is given from a SessionStart hook through
 //! `fleetd signal --hook` like Claude Code's hook would, then runs the sim agent) runs under the
-//! built-in `claude` profile's own resume template.
+//! built-in `claude` profile's own resume template. The stand-in fires its hook once the daemon
+//! knows it (its `fleetd list` is answered, as it is only for a process placed in a member), so
+//! the hook never races the spawn's registration.
 
 use std::path::Path;
 
@@ -37,6 +39,7 @@ async fn a_session_id_that_is_an_option_is_never_kept_nor_put_on_the_resumed_com
         &claude,
         format!(
             "#!/bin/sh\n{{ echo '--- run'; for a in \"$@\"; do printf '%s\\n' \"$a\"; done; }} >> '{argv}'\n\
+             i=0; while ! '{fleetd}' list >/dev/null 2>&1 && [ $i -lt 250 ]; do i=$((i+1)); sleep 0.02; done\n\
              printf '{{\"hook_event_name\":\"SessionStart\",\"source\":\"startup\",\"session_id\":\"%s\"}}' \"$(cat '{sid}')\" \
              | '{fleetd}' signal --hook 2>> '{err}'\n\
              exec '{fleetd}' sim-agent\n",
