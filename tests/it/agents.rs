@@ -408,14 +408,16 @@ impl Rig {
             .try_spawn(body)
             .await
             .unwrap_or_else(|e| panic!("spawn {name}: {e}\n{}", self.d.log()));
-        // The real CLIs run in the sandbox (the default; .ci/run installs bubblewrap), with
-        // their own network access to the model.
-        assert_eq!(
-            v["sandbox"],
-            "bwrap",
-            "{}: {name} must run confined: {v}",
-            self.cli.name()
-        );
+        // The real CLIs run in the sandbox (the default where it works; .ci/run installs
+        // bubblewrap), with their own network access to the model.
+        if sandbox_here() {
+            assert_eq!(
+                v["sandbox"],
+                "bwrap",
+                "{}: {name} must run confined: {v}",
+                self.cli.name()
+            );
+        }
         v
     }
 

@@ -34,6 +34,27 @@ pub fn test_config() -> Config {
     c
 }
 
+/// Whether members can be confined here (bubblewrap runs with a member's namespaces). With
+/// `FLEETD_SANDBOX=1` (set by .ci/run, which installs bubblewrap) it must; without it, a test
+/// that needs the sandbox says it skipped that part.
+#[allow(dead_code)] // the probes' and the real-agent tests'
+pub fn sandbox_here() -> bool {
+    let probe = fleetd_actors::sandbox::Sandbox::default()
+        .probe(&fleetd_actors::sandbox::SandboxConfig::default());
+    match (probe, std::env::var("FLEETD_SANDBOX").as_deref() == Ok("1")) {
+        (fleetd_actors::sandbox::Probe::Works { .. }, _) => true,
+        (fleetd_actors::sandbox::Probe::Unavailable { why }, true) => {
+            panic!("FLEETD_SANDBOX=1 but members cannot be confined here: {why}")
+        }
+        (fleetd_actors::sandbox::Probe::Unavailable { why }, false) => {
+            eprintln!(
+                "skipped the confined part: {why} (FLEETD_SANDBOX=1, set by .ci/run, requires it)"
+            );
+            false
+        }
+    }
+}
+
 /// A sim agent command line.
 pub fn sim(args: &[&str]) -> Vec<String> {
     let mut v = vec![bin_str(), "sim-agent".to_string()];

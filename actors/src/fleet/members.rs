@@ -307,11 +307,20 @@ impl Fleet {
                         },
                         &user,
                     );
+                    // The wiring dir is the member's own (a confined member writes in it): no
+                    // symlink it planted there may lead these writes anywhere else.
+                    let inside = crate::files::Confined::new(&dir)
+                        .map_err(|e| fail(&dir.display().to_string(), e))?;
                     for (path, text) in &w.files {
-                        write_private(path, text.as_bytes())
+                        inside
+                            .check(path)
+                            .and_then(|()| write_private(path, text.as_bytes()))
                             .map_err(|e| fail(&path.display().to_string(), e))?;
                     }
                     for (target, link) in &w.links {
+                        inside
+                            .check(link)
+                            .map_err(|e| fail(&link.display().to_string(), e))?;
                         let _ = std::fs::remove_file(link);
                         std::os::unix::fs::symlink(target, link)
                             .map_err(|e| fail(&link.display().to_string(), e))?;
