@@ -71,10 +71,7 @@ impl Confined {
         }
         // The deepest directory that exists must be inside before anything is made under it,
         // and the parent after.
-        let existing = parent
-            .ancestors()
-            .find(|a| a.exists())
-            .unwrap_or(&self.dir);
+        let existing = parent.ancestors().find(|a| a.exists()).unwrap_or(&self.dir);
         if !std::fs::canonicalize(existing)?.starts_with(&self.real) {
             return refuse("a symlink on the way leads outside");
         }

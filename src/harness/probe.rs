@@ -49,17 +49,27 @@ pub struct Targets {
     pub token_file: Option<PathBuf>,
 }
 
-/// One door: its name, whether it opened, what was seen.
+/// One door: its name, whether it opened (`None`: the try itself failed, so the probe cannot
+/// say; a judge must not read that as closed), what was seen.
 struct Door {
     name: &'static str,
-    open: bool,
+    open: Option<bool>,
     what: String,
 }
 
 fn door(name: &'static str, open: bool, what: impl Into<String>) -> Door {
     Door {
         name,
-        open,
+        open: Some(open),
+        what: what.into().replace('\n', " "),
+    }
+}
+
+/// A door the probe could not try (the API did not answer; nothing to aim at).
+fn untried(name: &'static str, what: impl Into<String>) -> Door {
+    Door {
+        name,
+        open: None,
         what: what.into().replace('\n', " "),
     }
 }
@@ -105,7 +115,11 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<()> {
         out.push_str(&format!(
             "{} {} {}\n",
             d.name,
-            if d.open { "open" } else { "closed" },
+            match d.open {
+                Some(true) => "open",
+                Some(false) => "closed",
+                None => "untried",
+            },
             d.what
         ));
     }
@@ -135,7 +149,10 @@ fn pty_host(t: &Targets) -> Door {
             true,
             format!("the host greeted with {n}+ bytes"),
         ),
-        Err(e) => door("pty-host", false, format!("nothing within 2 s: {e}")),
+        Err(e) => untried(
+            "pty-host",
+            format!("neither greeted nor closed within 2 s: {e}"),
+        ),
     }
 }
 
@@ -157,6 +174,30 @@ async fn api_doors(t: &Targets) -> Vec<Door> {
             }
         }
     };
+    // First, until the daemon has placed this process in its member (the spawn registers the
+    // member's root process once its terminal runs; a call before that is refused as coming
+    // from nowhere, which would read as a closed door).
+    let placed = async {
+        loop {
+            if let Ok((st, b)) = get("/whoami".to_string()).await
+                && st.is_success()
+                && serde_json::from_str::<serde_json::Value>(&b)
+                    .is_ok_and(|v| v["name"].as_str() == Some(t.me.as_str()))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), placed)
+        .await
+        .is_err()
+    {
+        return ["queue-bodies", "screen", "kb-symlink"]
+            .into_iter()
+            .map(|n| untried(n, "the daemon never placed this process in its member"))
+            .collect();
+    }
     let mut doors = vec![];
     // Door 3: the queued message bodies of another member.
     doors.push(match get(format!("/members/{}", t.victim)).await {
@@ -170,31 +211,38 @@ async fn api_doors(t: &Targets) -> Vec<Door> {
             false,
             format!("HTTP {st} without the message"),
         ),
-        Err(e) => door("queue-bodies", false, e),
+        Err(e) => untried("queue-bodies", e),
     });
     // Door 4: another member's screen, directly, in its status, and in the event history.
-    let mut seen = vec![];
+    let (mut seen, mut failed) = (vec![], vec![]);
     for path in [
         format!("/members/{}/screen", t.victim),
         format!("/members/{}", t.victim),
     ] {
-        if let Ok((_, b)) = get(path.clone()).await
-            && b.contains(&t.screen_marker)
-        {
-            seen.push(path);
+        match get(path.clone()).await {
+            Ok((_, b)) if b.contains(&t.screen_marker) => seen.push(path),
+            Ok(_) => {}
+            Err(e) => failed.push(format!("{path}: {e}")),
         }
     }
-    if events_carry(&c, &t.screen_marker).await {
-        seen.push("/events".into());
+    match events_carry(&c, &t.screen_marker).await {
+        Ok(true) => seen.push("/events".into()),
+        Ok(false) => {}
+        Err(e) => failed.push(format!("/events: {e}")),
     }
-    doors.push(door(
-        "screen",
-        !seen.is_empty(),
-        match seen.is_empty() {
-            true => "the victim's screen text is nowhere this member may read".to_string(),
-            false => format!("the victim's screen text in {}", seen.join(", ")),
-        },
-    ));
+    doors.push(match (seen.is_empty(), failed.is_empty()) {
+        (false, _) => door(
+            "screen",
+            true,
+            format!("the victim's screen text in {}", seen.join(", ")),
+        ),
+        (true, true) => door(
+            "screen",
+            false,
+            "the victim's screen text is nowhere this member may read",
+        ),
+        (true, false) => untried("screen", failed.join("; ")),
+    });
     // Door 9: a symlinked identity directory in the drift KB, listed through the API.
     let id = format!("{}-probe", t.me);
     let link = t.state_dir.join("kb/fleet/drift").join(&id);
@@ -207,24 +255,27 @@ async fn api_doors(t: &Targets) -> Vec<Door> {
         }
         (Ok(()), Ok((st, _))) => door("kb-symlink", false, format!("planted; HTTP {st}")),
         (Err(e), _) => door("kb-symlink", false, format!("cannot plant: {e}")),
-        (Ok(()), Err(e)) => door("kb-symlink", false, format!("planted; {e}")),
+        (Ok(()), Err(e)) => untried("kb-symlink", format!("planted; {e}")),
     });
     let _ = std::fs::remove_file(&link);
     doors
 }
 
 /// Whether the event history (replayed from the start) carries `marker`: read for at most 2 s.
-async fn events_carry(c: &crate::client::Client, marker: &str) -> bool {
-    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(5), c.events(0)).await else {
-        return false;
+/// An error: the stream did not open.
+async fn events_carry(c: &crate::client::Client, marker: &str) -> Result<bool, String> {
+    let mut s = match tokio::time::timeout(Duration::from_secs(5), c.events(0)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("no answer within 5 s".into()),
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while let Ok(Some(Ok(e))) = tokio::time::timeout_at(deadline, s.next()).await {
         if serde_json::to_string(&e).is_ok_and(|j| j.contains(marker)) {
-            return true;
+            return Ok(true);
         }
     }
-    false
+    Ok(false)
 }
 
 /// Door 6: message or screen text in any command line this member can see (but its own tree's).
@@ -267,7 +318,7 @@ fn argv(t: &Targets) -> Door {
 
 fn read_file(name: &'static str, path: Option<&Path>) -> Door {
     let Some(path) = path else {
-        return door(name, false, "no such file configured");
+        return untried(name, "no such file configured");
     };
     let mut buf = [0u8; 16];
     match std::fs::File::open(path).and_then(|mut f| f.read(&mut buf)) {
@@ -289,7 +340,7 @@ fn list_dir(name: &'static str, path: &Path) -> Door {
 
 fn write_into(name: &'static str, dir: Option<&Path>) -> Door {
     let Some(dir) = dir else {
-        return door(name, false, "no worktree to aim at");
+        return untried(name, "no worktree to aim at");
     };
     let p = dir.join(".probe-was-here");
     match std::fs::File::create(&p).and_then(|mut f| f.write_all(b"x")) {

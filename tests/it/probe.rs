@@ -48,7 +48,7 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// Runs the probe against a daemon in `mode`; returns door -> (open, what it saw).
-async fn probe(mode: Mode) -> BTreeMap<String, (bool, String)> {
+async fn probe(mode: Mode) -> BTreeMap<String, (Option<bool>, String)> {
     let work = tempfile::tempdir().expect("tempdir");
     let token = work.path().join("api.token");
     std::fs::write(&token, "probe-secret-token\n").expect("token");
@@ -149,19 +149,33 @@ async fn probe(mode: Mode) -> BTreeMap<String, (bool, String)> {
         .filter_map(|l| {
             let mut it = l.splitn(3, ' ');
             let (name, state, what) = (it.next()?, it.next()?, it.next().unwrap_or(""));
-            Some((name.to_string(), (state == "open", what.to_string())))
+            // `untried` (the probe could not try the door) is neither: judged wrong either way.
+            let open = match state {
+                "open" => Some(true),
+                "closed" => Some(false),
+                _ => None,
+            };
+            Some((name.to_string(), (open, what.to_string())))
         })
         .collect()
 }
 
-fn judge(doors: &BTreeMap<String, (bool, String)>, names: &[&str], open: bool) -> Vec<String> {
+fn judge(
+    doors: &BTreeMap<String, (Option<bool>, String)>,
+    names: &[&str],
+    open: bool,
+) -> Vec<String> {
     names
         .iter()
         .filter_map(|n| match doors.get(*n) {
             None => Some(format!("{n}: no line")),
-            Some((o, what)) if *o != open => Some(format!(
+            Some((o, what)) if *o != Some(open) => Some(format!(
                 "{n}: {} ({what}), expected {}",
-                if *o { "open" } else { "closed" },
+                match o {
+                    Some(true) => "open",
+                    Some(false) => "closed",
+                    None => "untried",
+                },
                 if open { "open" } else { "closed" }
             )),
             _ => None,
