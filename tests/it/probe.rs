@@ -204,3 +204,58 @@ async fn an_unconfined_member_meets_the_daemons_rules_and_the_same_users_reach()
     wrong.extend(judge(&doors, CLOSED_BY_THE_SANDBOX, true));
     assert!(wrong.is_empty(), "unexpected doors unconfined: {wrong:#?}");
 }
+
+/// Where the sandbox cannot be built, `auto` runs members unconfined and the first spawn says why
+/// (the rest say so briefly), `fleetd status` says it, and `bwrap` refuses the spawn instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_bubblewrap_spawns_say_so_once_and_bwrap_mode_refuses() {
+    let mut c = test_config();
+    c.sandbox.bwrap = Some("/nonexistent/bwrap".into());
+    let d = D::with(c.clone()).await;
+    let notes = |v: &Value| -> String {
+        v["notes"]
+            .as_array()
+            .map(|n| {
+                n.iter()
+                    .filter_map(Value::as_str)
+                    .filter(|s| s.starts_with("sandbox:"))
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .unwrap_or_default()
+    };
+    let first = d.spawn("w1", "worker", sim(&[])).await;
+    let second = d.spawn("w2", "worker", sim(&[])).await;
+    assert!(first["sandbox"].is_null() && second["sandbox"].is_null());
+    assert!(
+        notes(&first).contains("unconfined") && notes(&first).contains("/nonexistent/bwrap"),
+        "the first spawn says why: {first}"
+    );
+    assert_eq!(notes(&second), "sandbox: none (see `fleetd status`)");
+    let st: Value = d.client.get("/status").await.expect("status");
+    assert_eq!(st["sandbox"]["confined"], false, "{st}");
+    assert!(
+        st["sandbox"]["detail"]
+            .as_str()
+            .is_some_and(|s| s.contains("/nonexistent/bwrap")),
+        "{st}"
+    );
+    let out = d.cli(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sandbox    NONE"), "{text}");
+    drop(d);
+
+    c.sandbox.mode = Mode::Bwrap;
+    let d = D::with(c).await;
+    let e = d
+        .try_spawn(json!({"role": "worker", "name": "w1", "command": sim(&[]), "profile": "sim"}))
+        .await
+        .expect_err("a spawn that cannot be confined is refused under mode bwrap");
+    let text = e.to_string();
+    assert!(
+        text.contains("SANDBOX") && text.contains("/nonexistent/bwrap"),
+        "{text}"
+    );
+    // Refused before anything was written: no charter, no terminal.
+    assert!(!d.state.join("charters/w1.md").exists());
+}
