@@ -131,6 +131,7 @@ fn receipt(at: Millis) -> Receipt {
         delivered_at: Some(at),
         settled_at: Some(at),
         note: Some("turn started".into()),
+        screen: None,
         altered: None,
     }
 }

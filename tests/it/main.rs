@@ -7,6 +7,7 @@ mod config;
 mod crash;
 mod dashboard;
 mod demo;
+mod doors_rest;
 mod drift;
 mod durability;
 mod fleet;
