@@ -311,6 +311,7 @@ impl Actor for ApiActor {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("api.tcp {addr}: {e}"))?;
+            let l = crate::tcp::Listener::new(l, &config.api);
             let t2 = token.clone();
             tasks.push(listener(&myself, &token, "REST TCP", async move {
                 rest::serve_tcp(l, app, t2).await.map_err(|e| e.to_string())

@@ -4,7 +4,7 @@
 //!
 //! Owns HTTP: routes, status codes, the SSE event stream, the attach upgrade. Every request
 //! resolves its caller from the connection (SO_PEERCRED and the process tree on the Unix socket;
-//! the operator on the token-checked TCP port) and passes it to
+//! the operator on the token-checked TCP port, bounded by `crate::tcp`) and passes it to
 //! [`Fleet`]; the event stream shows each caller each event as `Event::seen_by` lets it. Must
 //! never make an Authz decision itself.
 
@@ -30,7 +30,7 @@ use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -44,6 +44,9 @@ pub const ATTACH_PROTOCOL: &str = "fleetd-attach";
 pub struct Peer {
     pub pid: Option<u32>,
     pub tcp: bool,
+    /// A TCP connection's own state: the guard marks it authenticated, and serving while a
+    /// request runs (its deadlines are in [`crate::tcp`]).
+    pub conn: Option<Arc<crate::tcp::ConnState>>,
 }
 
 impl Connected<IncomingStream<'_, UnixListener>> for Peer {
@@ -54,15 +57,20 @@ impl Connected<IncomingStream<'_, UnixListener>> for Peer {
             .ok()
             .and_then(|c| c.pid())
             .map(|p| p as u32);
-        Peer { pid, tcp: false }
+        Peer {
+            pid,
+            tcp: false,
+            conn: None,
+        }
     }
 }
 
-impl Connected<IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(_stream: IncomingStream<'_, TcpListener>) -> Self {
+impl Connected<IncomingStream<'_, crate::tcp::Listener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, crate::tcp::Listener>) -> Self {
         Peer {
             pid: None,
             tcp: true,
+            conn: Some(stream.io().state()),
         }
     }
 }
@@ -298,6 +306,12 @@ async fn guard(
             .into_response();
         }
     }
+    // A TCP connection that showed the token is past its auth deadline, and not idle while
+    // this request is served (a bounded wait, the start of a stream).
+    let _serving = peer.conn.as_ref().map(|c| {
+        c.authenticated();
+        c.serving()
+    });
     next.run(req).instrument(span).await
 }
 
@@ -914,9 +928,9 @@ pub async fn serve_unix(
         .await
 }
 
-/// Serve the router on a TCP listener until `shutdown`.
+/// Serve the router on the bounded TCP listener until `shutdown`.
 pub async fn serve_tcp(
-    listener: TcpListener,
+    listener: crate::tcp::Listener,
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {

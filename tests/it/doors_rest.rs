@@ -245,3 +245,111 @@ async fn door9_a_symlinked_identity_dir_is_refused_on_every_kb_route() {
         .collect();
     assert_eq!(names, vec!["2026-11-30.jsonl".to_string()]);
 }
+
+/// A TCP connection to the daemon's listener from `source` (a loopback address).
+async fn tcp_from(source: &str, port: u16) -> tokio::net::TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    s.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+}
+
+/// Everything the daemon sends on `s` until it closes it (a reset counts as closed), bounded
+/// by the test timeout: the close is awaited, never slept for.
+async fn until_closed(s: &mut tokio::net::TcpStream, what: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = vec![];
+    match tokio::time::timeout(T, s.read_to_end(&mut out)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Ok(Err(e)) => panic!("{what}: {e}"),
+        Err(_) => panic!("{what}: the daemon did not close it within {T:?}"),
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Door 8: connections to the TCP listener are bounded per source address and in all (the
+/// excess is refused at once, naming the bound), one that does not authenticate in time or
+/// sits idle is closed, and `api.sock` answers while TCP is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn door8_tcp_connections_are_bounded_and_time_out_while_api_sock_serves() {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut c = test_config();
+    c.api.tcp = Some(format!("127.0.0.1:{port}"));
+    c.api.token_file = Some(token_file.display().to_string());
+    c.api.tcp_max_per_source = 4;
+    c.api.tcp_max_connections = 6;
+    c.api.tcp_auth_timeout_secs = 4;
+    c.api.tcp_idle_secs = 4;
+    let d = D::with(c).await;
+    // One address takes its four; its fifth and sixth are refused at once.
+    let mut held = vec![];
+    for _ in 0..4 {
+        held.push(tcp_from("127.0.0.1", port).await);
+    }
+    for i in 0..2 {
+        let mut s = tcp_from("127.0.0.1", port).await;
+        let got = until_closed(&mut s, &format!("excess connection {i}")).await;
+        assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+        assert!(got.contains("api.tcp_max_per_source = 4"), "{got}");
+    }
+    // Another address takes the last two places; then the listener is full for everyone.
+    for _ in 0..2 {
+        held.push(tcp_from("127.0.0.2", port).await);
+    }
+    let mut s = tcp_from("127.0.0.3", port).await;
+    let got = until_closed(&mut s, "a connection past the total").await;
+    assert!(got.contains("api.tcp_max_connections = 6"), "{got}");
+    // The operator's socket still answers, at once.
+    let status: Value = tokio::time::timeout(T, d.client.get("/status"))
+        .await
+        .expect("api.sock answered")
+        .unwrap();
+    assert!(status.is_object());
+    // None of the held connections authenticated: each is closed by the daemon.
+    let opened = std::time::Instant::now();
+    for (i, s) in held.iter_mut().enumerate() {
+        let got = until_closed(s, &format!("held connection {i}")).await;
+        assert!(got.is_empty(), "{got}");
+    }
+    assert!(
+        opened.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        opened.elapsed()
+    );
+    // Their places are free again. A request without the token is answered (403) and its
+    // connection, still not authenticated, closed; one with the token is served on a kept-alive
+    // connection that is closed once it sits idle.
+    let mut s = tcp_from("127.0.0.1", port).await;
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let got = until_closed(&mut s, "an unauthenticated connection").await;
+    assert!(got.starts_with("HTTP/1.1 403"), "{got}");
+    let mut s = tcp_from("127.0.0.1", port).await;
+    s.write_all(b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 12];
+    tokio::time::timeout(T, s.read_exact(&mut first))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let idle_from = std::time::Instant::now();
+    until_closed(&mut s, "an idle authenticated connection").await;
+    assert!(
+        idle_from.elapsed() >= std::time::Duration::from_secs(3),
+        "closed before its idle timeout: {:?}",
+        idle_from.elapsed()
+    );
+}
