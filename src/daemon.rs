@@ -307,13 +307,12 @@ impl Actor for ApiActor {
     ) -> Result<ApiState, ActorProcessingErr> {
         let token = CancellationToken::new();
         let config = a.fleet.ctx.config();
+        // Checked at start too (`Daemon::start`); read again at each restart of this actor,
+        // with the same refusal if the file was made readable since.
         let tcp_token = match &config.api.token_file {
-            Some(f) => Some(
-                std::fs::read_to_string(f)
-                    .map_err(|e| format!("api.token_file {f}: {e}"))?
-                    .trim()
-                    .to_string(),
-            ),
+            Some(f) => {
+                Some(fleetd_actors::keys::load_token(Path::new(f)).map_err(|e| e.to_string())?)
+            }
             None => None,
         };
         let metrics = Arc::new(crate::metrics::Metrics::new());
@@ -338,6 +337,7 @@ impl Actor for ApiActor {
             let l = TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("api.tcp {addr}: {e}"))?;
+            let l = crate::tcp::Listener::new(l, &config.api);
             let t2 = token.clone();
             tasks.push(listener(&myself, &token, "REST TCP", async move {
                 rest::serve_tcp(l, app, t2).await.map_err(|e| e.to_string())
@@ -430,6 +430,23 @@ async fn reload_config(fleet: &Fleet, path: Option<&Path>) -> Result<String, Fle
                 c.link = running.link.clone();
                 c.peers = running.peers.clone();
                 detail.push_str("; the [link] and [peers] changes were not applied: they take effect at the next start");
+            }
+            if c.api != running.api {
+                c.api = running.api.clone();
+                detail.push_str("; the [api] changes were not applied: the listeners take them at the next start");
+            }
+            // The running token file is checked again: one made readable by others since the
+            // start is refused here too (the listener keeps the token it read).
+            if let Some(f) = &c.api.token_file
+                && let Err(e) = fleetd_actors::keys::load_token(Path::new(f))
+            {
+                let detail = e.to_string();
+                tracing::error!(%detail, "config reload refused");
+                fleet
+                    .ctx
+                    .events
+                    .emit(EventKind::ConfigReloaded { ok: false, detail });
+                return Err(e);
             }
             fleet.reload(c).await;
             tracing::info!(%detail, "config reloaded");
@@ -530,6 +547,11 @@ impl Daemon {
         let events = Arc::new(EventBus::new(clock.clone(), 4096));
         let backend = Arc::new(term::HostBackend::new(&state_dir, fleetd_exe.clone())?);
         let host_key = load_or_create_key(&config, &state_dir)?;
+        // The TCP listener's token is a secret like the host key: a file others may read stops
+        // the start here, before anything runs (the API actor reads it again when it starts).
+        if let Some(f) = &config.api.token_file {
+            fleetd_actors::keys::load_token(Path::new(f))?;
+        }
         let (ctx, publishers) = Ctx::new(
             store,
             events,

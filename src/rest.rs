@@ -4,8 +4,9 @@
 //!
 //! Owns HTTP: routes, status codes, the SSE event stream, the attach upgrade. Every request
 //! resolves its caller from the connection (SO_PEERCRED and the process tree on the Unix socket;
-//! the operator on the token-checked TCP port) and passes it to [`Fleet`]. Must never make an
-//! Authz decision itself.
+//! the operator on the token-checked TCP port, bounded by `crate::tcp`) and passes it to
+//! [`Fleet`]; the event stream shows each caller each event as `Event::seen_by` lets it. Must
+//! never make an Authz decision itself.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ use futures::StreamExt;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -43,6 +44,9 @@ pub const ATTACH_PROTOCOL: &str = "fleetd-attach";
 pub struct Peer {
     pub pid: Option<u32>,
     pub tcp: bool,
+    /// A TCP connection's own state: the guard marks it authenticated, and serving while a
+    /// request runs (its deadlines are in [`crate::tcp`]).
+    pub conn: Option<Arc<crate::tcp::ConnState>>,
 }
 
 impl Connected<IncomingStream<'_, UnixListener>> for Peer {
@@ -53,15 +57,20 @@ impl Connected<IncomingStream<'_, UnixListener>> for Peer {
             .ok()
             .and_then(|c| c.pid())
             .map(|p| p as u32);
-        Peer { pid, tcp: false }
+        Peer {
+            pid,
+            tcp: false,
+            conn: None,
+        }
     }
 }
 
-impl Connected<IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(_stream: IncomingStream<'_, TcpListener>) -> Self {
+impl Connected<IncomingStream<'_, crate::tcp::Listener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, crate::tcp::Listener>) -> Self {
         Peer {
             pid: None,
             tcp: true,
+            conn: Some(stream.io().state()),
         }
     }
 }
@@ -297,6 +306,12 @@ async fn guard(
             .into_response();
         }
     }
+    // A TCP connection that showed the token is past its auth deadline, and not idle while
+    // this request is served (a bounded wait, the start of a stream).
+    let _serving = peer.conn.as_ref().map(|c| {
+        c.authenticated();
+        c.serving()
+    });
     next.run(req).instrument(span).await
 }
 
@@ -563,12 +578,19 @@ async fn kb_dates(
     let dates = tokio::task::spawn_blocking(move || fleetd_actors::drift::kb::dates(&kb, &id))
         .await
         .map_err(|e| ApiError(FleetError::internal("the drift KB", e.to_string())))?
-        .map_err(|_| {
-            ApiError(FleetError::not_found(
-                format!("drift logs of {identity}"),
-                "there are none",
-                "an identity that has logged",
-            ))
+        .map_err(|e| {
+            ApiError(match e.kind() {
+                std::io::ErrorKind::NotFound => FleetError::not_found(
+                    format!("drift logs of {identity}"),
+                    "there are none",
+                    "an identity that has logged",
+                ),
+                _ => FleetError::invalid(
+                    format!("drift logs of {identity}"),
+                    format!("they are not served: {e}"),
+                    "an identity directory written by fleetd (a real directory in the KB)",
+                ),
+            })
         })?;
     Ok(Json(serde_json::json!(dates)))
 }
@@ -660,12 +682,18 @@ async fn peers(
     fleetd_actors::authz::authorize(&c, &fleetd_actors::authz::Action::Read, "peers")?;
     let ctx = &api.fleet.ctx;
     let config = ctx.config();
+    // The held mail's previews quote mail for the lead: shown to those the coordinator gate
+    // shows the lead's mailbox to (the primary and the operator); others see the counts.
+    let mut mail = ctx.views.mail.get();
+    if !fleetd_actors::authz::coordinator_row_visible(&c) {
+        mail.held.clear();
+    }
     Ok(Json(serde_json::json!({
         "host": config.daemon.host,
         "public_key": fleetd_actors::keys::public_text(&ctx.host_key.verifying_key()),
         "listen": config.link.listen,
         "links": ctx.link_views(),
-        "mail": ctx.views.mail.get(),
+        "mail": mail,
         "remote_anchors": ctx
             .views
             .remote_anchors
@@ -764,12 +792,13 @@ async fn events(
         })
         .unwrap_or(0);
     let (past, rx) = api.fleet.ctx.events.subscribe(since);
-    let to_sse = |e: &fleetd_actors::events::Event| {
+    // Each event as this caller may see it (a receipt's screen text by the Screen rule).
+    let to_sse = move |e: &fleetd_actors::events::Event| {
         SseEvent::default()
             .id(e.seq.to_string())
-            .data(serde_json::to_string(e).unwrap_or_default())
+            .data(serde_json::to_string(&e.seen_by(&c)).unwrap_or_default())
     };
-    let past = futures::stream::iter(past.iter().map(to_sse).collect::<Vec<_>>());
+    let past = futures::stream::iter(past.iter().map(&to_sse).collect::<Vec<_>>());
     let live = live_until(rx, api.shutdown.clone()).map(move |r| match r {
         Ok(e) => to_sse(&e),
         Err(n) => SseEvent::default()
@@ -899,9 +928,9 @@ pub async fn serve_unix(
         .await
 }
 
-/// Serve the router on a TCP listener until `shutdown`.
+/// Serve the router on the bounded TCP listener until `shutdown`.
 pub async fn serve_tcp(
-    listener: TcpListener,
+    listener: crate::tcp::Listener,
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {

@@ -1,5 +1,6 @@
 //! The host's key file: a fresh key, reading and writing it (a 32-byte seed, base64, file mode
-//! 0600; the public half in `KEY.pub`). Everything else about keys and signed notes is pure and
+//! 0600; the public half in `KEY.pub`); and the REST API's token file, read with the same
+//! mode check. Everything else about keys and signed notes is pure and
 //! lives in `fleetd_core::keys`, re-exported here. Must never write a private key anywhere but
 //! the key file, nor log it.
 
@@ -33,19 +34,7 @@ pub fn load(path: &std::path::Path) -> Result<SigningKey, FleetError> {
             "a key made by `fleetd keygen`",
         ));
     }
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Err(FleetError::invalid(
-                what,
-                format!(
-                    "it is readable by others (mode {:o})",
-                    meta.permissions().mode() & 0o777
-                ),
-                "mode 0600: chmod 600 the file",
-            ));
-        }
-    }
+    private(&what, &meta)?;
     let text = std::fs::read_to_string(path)
         .map_err(|e| FleetError::invalid(what.clone(), e.to_string(), "a readable key file"))?;
     let raw = B64.decode(text.trim()).map_err(|e| {
@@ -63,6 +52,66 @@ pub fn load(path: &std::path::Path) -> Result<SigningKey, FleetError> {
         )
     })?;
     Ok(SigningKey::from_bytes(&seed))
+}
+
+/// A secret file must be the service user's alone: refused if group or others may read or
+/// write it (the mode is named, and the fix).
+fn private(what: &str, meta: &std::fs::Metadata) -> Result<(), FleetError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(FleetError::invalid(
+            what,
+            format!("group or others may read or write it (mode {mode:o})"),
+            "mode 0600, the owner's alone: chmod 600 the file",
+        ));
+    }
+    Ok(())
+}
+
+/// Read the REST API's bearer token file (`api.token_file`): a regular file of at most 4 KiB,
+/// mode 0600 (like the host key; one that group or others may read or write is refused), its
+/// text trimmed and not empty. The token itself is never part of an error.
+pub fn load_token(path: &std::path::Path) -> Result<String, FleetError> {
+    use std::io::Read;
+    let what = format!("api.token_file {}", path.display());
+    let meta = std::fs::metadata(path).map_err(|e| {
+        FleetError::not_found(
+            what.clone(),
+            e.to_string(),
+            "a file holding the token, mode 0600",
+        )
+    })?;
+    if !meta.is_file() {
+        return Err(FleetError::invalid(
+            what,
+            "it is not a regular file",
+            "a file holding the token, mode 0600",
+        ));
+    }
+    private(&what, &meta)?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4097).read_to_string(&mut text))
+        .map_err(|e| {
+            FleetError::invalid(what.clone(), e.to_string(), "a readable UTF-8 token file")
+        })?;
+    if text.len() > 4096 {
+        return Err(FleetError::invalid(
+            what,
+            "it is over 4 KiB",
+            "a file holding one token",
+        ));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(FleetError::invalid(
+            what,
+            "it is empty",
+            "a file holding the token (e.g. `openssl rand -hex 32`), mode 0600",
+        ));
+    }
+    Ok(token.to_string())
 }
 
 /// Write a private key (0600) and its public half (`PATH.pub`); refuses to overwrite.

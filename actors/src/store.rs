@@ -677,6 +677,7 @@ mod tests {
             delivered_at: None,
             settled_at: None,
             note: None,
+            screen: None,
             altered: None,
         };
         let put = |ms: Vec<Message>| {
@@ -719,6 +720,7 @@ mod tests {
             delivered_at: None,
             settled_at: None,
             note: None,
+            screen: None,
             altered: None,
         };
         {

@@ -133,6 +133,7 @@ fn receipt(at: Millis) -> Receipt {
         delivered_at: Some(at),
         settled_at: Some(at),
         note: Some("turn started".into()),
+        screen: None,
         altered: None,
     }
 }

@@ -719,6 +719,10 @@ async fn the_tcp_listener_requires_the_bearer_token() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let mut c = test_config();
     c.api.tcp = Some(format!("127.0.0.1:{port}"));
     c.api.token_file = Some(token_file.display().to_string());

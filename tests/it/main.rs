@@ -10,6 +10,7 @@ mod dashboard;
 mod demo;
 mod doors_git;
 mod doors_pty;
+mod doors_rest;
 mod doors_resume;
 mod drift;
 mod durability;

@@ -4,14 +4,17 @@
 //! Owns who may do what: SPAWN, STOP and DRAIN are primary-only; SEND is primary or architect;
 //! SEND_REMOTE (lead-to-lead mail) the primary's alone; REPLY and ASK belong only to the member
 //! that owns the ticket or session; READ is open to members, and a single ticket or message is
-//! read by the parties to it; DECIDE (open and close a decision) is the primary's and POSITION
-//! an architect's bound to a slot; DRIFT (one's own drift log) and SIGNAL (one's own status,
-//! from an agent hook) belong to each member for itself; a screen's text is its member's and the
-//! operator's. The operator (outside every member, on the REST socket) holds every right except
-//! the participants' ones (REPLY, ASK, SEND_REMOTE, DECIDE, POSITION, DRIFT, SIGNAL), and alone
-//! holds ATTACH (attach, input, resize) and ADMIN (config reload, fault injection). A process
-//! that is not a member may only ask who it is. Must never look at anything the caller sent to
-//! decide who the caller is: the [`Caller`] comes from the connection.
+//! read by the parties to it, wherever its body is shown (a member's queue too:
+//! [`body_visible`]); DECIDE (open and close a decision) is the primary's and POSITION an
+//! architect's bound to a slot; DRIFT (one's own drift log) and SIGNAL (one's own status, from
+//! an agent hook) belong to each member for itself; a screen's text is its member's and the
+//! operator's, wherever it is shown (the screen, a status, a stalled paste's receipt and its
+//! event: [`screen_visible`]). The operator (outside every member, on the REST socket) holds
+//! every right except the participants' ones (REPLY, ASK, SEND_REMOTE, DECIDE, POSITION, DRIFT,
+//! SIGNAL), and alone holds ATTACH (attach, input, resize) and ADMIN (config reload, fault
+//! injection). A process that is not a member may only ask who it is. Must never look at
+//! anything the caller sent to decide who the caller is: the [`Caller`] comes from the
+//! connection.
 
 use crate::error::{ErrorKind, FleetError};
 use crate::types::{Caller, MemberName, Party, Role};
@@ -288,6 +291,22 @@ pub fn authorize(caller: &Caller, action: &Action<'_>, what: &str) -> Result<(),
     }
 }
 
+/// Whether `caller` may read the body of a message that went from `from` to `to`, wherever a
+/// body is shown (a member's queue in its status, a receipt): the rule of one ticket or message
+/// (READ, [`Action::ReadOwn`]): its two parties and the operator. Everyone else sees the
+/// message's shape (id, sender, ticket, state, times) with the body blanked.
+pub fn body_visible(caller: &Caller, from: &Party, to: &MemberName) -> bool {
+    authorize(caller, &Action::ReadOwn { from, to }, "a message's body").is_ok()
+}
+
+/// Whether `caller` may see text taken from `member`'s screen, wherever it is shown: the screen
+/// itself, the `screen` field of its status, the screen excerpt a stalled paste's receipt (and
+/// its receipt event) carries. The rule of [`Action::Screen`] (ATTACH): the member itself and
+/// the operator. Everyone else gets the field blanked, never the text.
+pub fn screen_visible(caller: &Caller, member: &MemberName) -> bool {
+    authorize(caller, &Action::Screen { member }, "a screen's text").is_ok()
+}
+
 /// The coordinator row of `fleet_list` (coord-id, mailbox, held mail, peers) is for the primary
 /// only. The gate runs before the row is built: for anyone else the key is absent, not empty.
 /// The operator sees it too: it is the operator's daemon.
@@ -476,6 +495,64 @@ mod tests {
                 assert_eq!(e.kind, ErrorKind::Forbidden);
                 assert!(!e.accepted.is_empty());
             }
+        }
+    }
+
+    /// What each caller sees of a message in someone's queue or receipt, as data: (caller,
+    /// from, to, body shown, screen excerpt of `to` shown). A queue's bodies follow READ (the
+    /// parties and the operator); a screen excerpt follows ATTACH (the member and the
+    /// operator), even for the message's sender.
+    #[test]
+    fn bodies_and_screen_excerpts() {
+        let lead = member("lead", Role::Primary);
+        let w1c = member("w1", Role::Worker);
+        let w2c = member("w2", Role::Worker);
+        let arch = Caller::Member(MemberIdentity {
+            name: MemberName::new("opus").unwrap(),
+            role: Role::Architect,
+            slot: Some("opus".into()),
+        });
+        let op = Caller::Operator;
+        let nm = Caller::NotMember { pid: Some(4) };
+        let un = Caller::Unresolved {
+            pid: Some(9),
+            why: "gone".into(),
+        };
+        let leadn = MemberName::new("lead").unwrap();
+        let w1 = MemberName::new("w1").unwrap();
+        let by_op = Party::Operator;
+        let by_w1 = Party::Member(w1.clone());
+        let by_lead = Party::Member(leadn.clone());
+        let rows: Vec<(&Caller, &Party, &MemberName, bool, bool)> = vec![
+            // The operator's message in the lead's queue: a worker sees neither.
+            (&w1c, &by_op, &leadn, false, false),
+            (&w2c, &by_op, &leadn, false, false),
+            (&arch, &by_op, &leadn, false, false),
+            (&lead, &by_op, &leadn, true, true),
+            (&op, &by_op, &leadn, true, true),
+            (&nm, &by_op, &leadn, false, false),
+            (&un, &by_op, &leadn, false, false),
+            // w1 asked the lead: w1 sees its own message's body, not the lead's screen.
+            (&w1c, &by_w1, &leadn, true, false),
+            (&w2c, &by_w1, &leadn, false, false),
+            (&lead, &by_w1, &leadn, true, true),
+            // The lead's message to w1: the lead (its sender) sees the body, not w1's screen.
+            (&lead, &by_lead, &w1, true, false),
+            (&w1c, &by_lead, &w1, true, true),
+            (&w2c, &by_lead, &w1, false, false),
+            (&op, &by_lead, &w1, true, true),
+        ];
+        for (caller, from, to, body, screen) in rows {
+            assert_eq!(
+                body_visible(caller, from, to),
+                body,
+                "body of {from} -> {to} for {caller:?}"
+            );
+            assert_eq!(
+                screen_visible(caller, to),
+                screen,
+                "screen of {to} for {caller:?}"
+            );
         }
     }
 

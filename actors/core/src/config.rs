@@ -325,11 +325,44 @@ pub struct PeerConfig {
     pub public_key: String,
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiConfig {
     pub tcp: Option<String>,
     pub token_file: Option<String>,
+    /// The TCP listener holds at most this many connections at once; more are refused at once.
+    pub tcp_max_connections: usize,
+    /// ... and at most this many from one address.
+    pub tcp_max_per_source: usize,
+    /// A TCP connection that has not sent a complete, correctly authenticated request this
+    /// long after it opened is closed.
+    pub tcp_auth_timeout_secs: u64,
+    /// A TCP connection with nothing read or written this long (and no request being served)
+    /// is closed.
+    pub tcp_idle_secs: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            tcp: None,
+            token_file: None,
+            tcp_max_connections: 64,
+            tcp_max_per_source: 16,
+            tcp_auth_timeout_secs: 10,
+            tcp_idle_secs: 120,
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The TCP listener's connection bounds.
+    pub fn tcp_admission(&self) -> crate::admission::AdmissionLimits {
+        crate::admission::AdmissionLimits {
+            max_total: self.tcp_max_connections,
+            max_per_source: self.tcp_max_per_source,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -846,6 +879,13 @@ impl Config {
                 "limits.mcp_outsider_idle_secs",
                 self.limits.mcp_outsider_idle_secs as usize,
             ),
+            ("api.tcp_max_connections", self.api.tcp_max_connections),
+            ("api.tcp_max_per_source", self.api.tcp_max_per_source),
+            (
+                "api.tcp_auth_timeout_secs",
+                self.api.tcp_auth_timeout_secs as usize,
+            ),
+            ("api.tcp_idle_secs", self.api.tcp_idle_secs as usize),
         ] {
             if v == 0 {
                 problems.push(format!("{field} must be greater than 0"));
@@ -879,6 +919,18 @@ impl Config {
                 }
             }
         }
+        if self.api.tcp_max_per_source > self.api.tcp_max_connections {
+            problems.push(format!(
+                "api.tcp_max_per_source ({}) is over api.tcp_max_connections ({}): one address could take every connection",
+                self.api.tcp_max_per_source, self.api.tcp_max_connections
+            ));
+        }
+        if self.api.tcp_max_connections > MAX_TCP_CONNECTIONS {
+            problems.push(format!(
+                "api.tcp_max_connections ({}) is over {MAX_TCP_CONNECTIONS}: TCP clients could take the descriptors api.sock and the members need",
+                self.api.tcp_max_connections
+            ));
+        }
         if let Some(addr) = &self.api.tcp {
             match addr.parse::<std::net::SocketAddr>() {
                 Ok(a) if a.ip().is_loopback() => {
@@ -893,6 +945,10 @@ impl Config {
         problems
     }
 }
+
+/// The most connections `api.tcp_max_connections` may allow (the systemd unit gives the
+/// daemon 65,536 descriptors; its members' terminals and `api.sock` need theirs).
+pub const MAX_TCP_CONNECTIONS: usize = 4096;
 
 /// The supervised child kinds a `[supervision.KIND]` policy may name.
 pub const KINDS: &[&str] = &[
@@ -1051,6 +1107,33 @@ mod tests {
         let p = c.check(TOOLS);
         assert!(p.iter().any(|l| l.contains("profiles.sim.prompt")), "{p:?}");
         assert!(p.iter().any(|l| l.contains("`nope`")), "{p:?}");
+    }
+
+    #[test]
+    fn tcp_bounds_are_checked() {
+        let mut c = Config::default();
+        assert!(c.api.tcp_max_connections > 0 && c.api.tcp_max_per_source > 0);
+        c.api.tcp_max_per_source = 100;
+        c.api.tcp_max_connections = 10;
+        c.api.tcp_auth_timeout_secs = 0;
+        let p = c.check(TOOLS);
+        assert!(
+            p.iter().any(|l| l.contains("api.tcp_max_per_source (100)")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter()
+                .any(|l| l.contains("api.tcp_auth_timeout_secs must be greater than 0")),
+            "{p:?}"
+        );
+        c.api.tcp_max_per_source = 10;
+        c.api.tcp_auth_timeout_secs = 5;
+        c.api.tcp_max_connections = MAX_TCP_CONNECTIONS + 1;
+        let p = c.check(TOOLS);
+        assert!(
+            p.iter().any(|l| l.contains("api.tcp_max_connections")),
+            "{p:?}"
+        );
     }
 
     #[test]

@@ -2,13 +2,16 @@
 //! receipts, ticket changes, spawns with their parent, exits, reaps, restarts, decisions).
 //!
 //! Owns the shape and its JSON form (`type` tag, snake_case), which the REST stream and the
-//! CLI print. The bus that numbers, rings and broadcasts them is `fleetd_actors::events`.
+//! CLI print, and what of an event each reader may see ([`Event::seen_by`]: screen text by the
+//! Screen rule). The bus that numbers, rings and broadcasts them is `fleetd_actors::events`.
+
+use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
 use crate::injector::state::ReceiptState;
 use crate::tickets::state::{TicketKind, TicketState};
-use crate::types::{DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
+use crate::types::{Caller, DecisionId, MemberName, Millis, MsgId, Party, Role, Status, TicketId};
 
 /// One event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,6 +20,29 @@ pub struct Event {
     pub at: Millis,
     #[serde(flatten)]
     pub kind: EventKind,
+}
+
+impl Event {
+    /// This event as `caller` may see it: screen text it carries (a stalled paste's receipt)
+    /// is blanked unless the Screen rule shows `caller` that member's screen
+    /// ([`crate::authz::screen_visible`]). Every other field is open to every reader of the
+    /// stream (rule READ).
+    pub fn seen_by(&self, caller: &Caller) -> Cow<'_, Event> {
+        match &self.kind {
+            EventKind::Receipt {
+                target,
+                screen: Some(_),
+                ..
+            } if !crate::authz::screen_visible(caller, target) => {
+                let mut e = self.clone();
+                if let EventKind::Receipt { screen, .. } = &mut e.kind {
+                    *screen = None;
+                }
+                Cow::Owned(e)
+            }
+            _ => Cow::Borrowed(self),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -57,6 +83,10 @@ pub enum EventKind {
         ticket: Option<TicketId>,
         state: ReceiptState,
         note: Option<String>,
+        /// A stalled paste: what `target`'s screen showed. Screen text: the stream shows it
+        /// only to those the Screen rule lets see `target`'s screen ([`Event::seen_by`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        screen: Option<String>,
     },
     Ticket {
         ticket: TicketId,
@@ -150,4 +180,59 @@ pub enum EventKind {
         /// The ledger entry's seq (none for a refusal or a deadline).
         ledger_seq: Option<u64>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{MemberIdentity, MsgId};
+
+    fn member(name: &str, role: Role) -> Caller {
+        Caller::Member(MemberIdentity {
+            name: MemberName::new(name).unwrap(),
+            role,
+            slot: None,
+        })
+    }
+
+    /// A stalled receipt's screen text reaches the stream's readers by the Screen rule: its
+    /// target and the operator; the note and the rest of the event reach everyone.
+    #[test]
+    fn a_receipts_screen_text_is_seen_by_the_screen_rule() {
+        let w1 = MemberName::new("w1").unwrap();
+        let e = Event {
+            seq: 7,
+            at: 1,
+            kind: EventKind::Receipt {
+                msg: MsgId(3),
+                target: w1.clone(),
+                from: Party::Member(MemberName::new("lead").unwrap()),
+                ticket: None,
+                state: ReceiptState::Stalled,
+                note: Some("not taken".into()),
+                screen: Some("> secret".into()),
+            },
+        };
+        let screen_of = |c: &Caller| match &e.seen_by(c).kind {
+            EventKind::Receipt { screen, note, .. } => {
+                assert_eq!(note.as_deref(), Some("not taken"));
+                screen.clone()
+            }
+            _ => unreachable!(),
+        };
+        assert_eq!(screen_of(&Caller::Operator).as_deref(), Some("> secret"));
+        assert_eq!(
+            screen_of(&member("w1", Role::Worker)).as_deref(),
+            Some("> secret")
+        );
+        for c in [
+            member("lead", Role::Primary),
+            member("w2", Role::Worker),
+            Caller::NotMember { pid: None },
+        ] {
+            assert_eq!(screen_of(&c), None, "{c:?}");
+        }
+        let json = serde_json::to_string(&e.seen_by(&member("w2", Role::Worker))).unwrap();
+        assert!(!json.contains("secret"), "{json}");
+    }
 }

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod agents;
 pub mod authz;
 pub mod backoff;

@@ -1,7 +1,8 @@
 //! The knowledge base on disk: `KB/fleet/drift/{identity}/{YYYY-MM-DD}.jsonl`.
 //!
 //! Owns reading a KB into a [`Snapshot`] (bounded: file sizes, file counts) and appending a
-//! signed line (creating the day's file with its header). Must never interpret a line: that is
+//! signed line (creating the day's file with its header), never through a symlink: not a log's,
+//! not an identity directory's (listing its dates, reading, appending). Must never interpret a line: that is
 //! the gates' job.
 
 use std::io::Write;
@@ -25,6 +26,27 @@ pub fn drift_root(kb: &Path) -> PathBuf {
     }
 }
 
+/// `identity`'s directory under `root`, if it is a real directory: never a symlink (to a
+/// directory outside the KB or anywhere else), which is refused with `InvalidData` naming it;
+/// `NotFound` if there is none.
+pub fn identity_dir(root: &Path, identity: &str) -> std::io::Result<PathBuf> {
+    let dir = root.join(identity);
+    let meta = std::fs::symlink_metadata(&dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{identity} is a symlink, not a directory (a symlink is not followed)"),
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{identity} is not a directory"),
+        ));
+    }
+    Ok(dir)
+}
+
 /// Read one KB file safely: never through a symlink (neither the file nor its identity's
 /// directory), only a regular file, and at most [`MAX_FILE`] bytes actually read (a size in
 /// the metadata is not trusted: `/dev/zero` says 0).
@@ -32,12 +54,7 @@ pub fn read_file(root: &Path, identity: &str, file: &str) -> std::io::Result<Vec
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
-    let dir = root.join(identity);
-    if !std::fs::symlink_metadata(&dir)?.is_dir() {
-        return Err(refuse(format!(
-            "{identity} is not a directory (a symlink is not followed)"
-        )));
-    }
+    let dir = identity_dir(root, identity)?;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -62,6 +79,17 @@ pub fn read_file(root: &Path, identity: &str, file: &str) -> std::io::Result<Vec
     Ok(buf)
 }
 
+/// `identity`'s directory under `root`, made if missing; a symlink in its place is refused
+/// ([`identity_dir`]), so an append never lands outside the KB.
+fn make_identity_dir(root: &Path, identity: &str) -> std::io::Result<PathBuf> {
+    match std::fs::create_dir(root.join(identity)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    identity_dir(root, identity)
+}
+
 /// Open a log for appending, never through a symlink.
 fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -78,9 +106,10 @@ fn is_date(s: &str) -> bool {
     s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()
 }
 
-/// The dates one identity has logs for, oldest first.
+/// The dates one identity has logs for, oldest first. An identity directory that is a symlink
+/// is refused, not listed ([`identity_dir`]).
 pub fn dates(kb: &Path, identity: &str) -> std::io::Result<Vec<String>> {
-    let dir = drift_root(kb).join(identity);
+    let dir = identity_dir(&drift_root(kb), identity)?;
     let mut out = vec![];
     for e in std::fs::read_dir(dir)? {
         let e = e?;
@@ -114,9 +143,13 @@ pub fn read(kb: &Path) -> std::io::Result<Snapshot> {
     Ok(s)
 }
 
-/// Read one identity's directory (missing = no logs).
+/// Read one identity's directory (missing = no logs; a symlink = unreadable).
 pub fn read_identity(root: &Path, identity: &str) -> Logs {
-    let dir = root.join(identity);
+    let dir = match identity_dir(root, identity) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Logs::Present(vec![]),
+        Err(e) => return Logs::Unreadable(e.to_string()),
+    };
     let mut dates = vec![];
     match std::fs::read_dir(&dir) {
         Ok(rd) => {
@@ -163,8 +196,9 @@ pub fn append(
     date: &str,
     signed_line: &str,
 ) -> std::io::Result<PathBuf> {
-    let dir = kb.join("fleet").join("drift").join(identity);
-    std::fs::create_dir_all(&dir)?;
+    let root = kb.join("fleet").join("drift");
+    std::fs::create_dir_all(&root)?;
+    let dir = make_identity_dir(&root, identity)?;
     let path = dir.join(format!("{date}.jsonl"));
     let mut f = open_append(&path)?;
     let fresh = f.metadata()?.len() == 0;
@@ -192,8 +226,9 @@ pub fn append_unsynced(
     date: &str,
     signed_line: &str,
 ) -> std::io::Result<PathBuf> {
-    let dir = kb.join("fleet").join("drift").join(identity);
-    std::fs::create_dir_all(&dir)?;
+    let root = kb.join("fleet").join("drift");
+    std::fs::create_dir_all(&root)?;
+    let dir = make_identity_dir(&root, identity)?;
     let path = dir.join(format!("{date}.jsonl"));
     let mut f = open_append(&path)?;
     let fresh = f.metadata()?.len() == 0;

@@ -62,7 +62,15 @@ pub async fn append(
     })
     .await
     .map_err(|e| FleetError::internal("a drift log append", e.to_string()))?
-    .map_err(|e| FleetError::internal("a drift log append", e.to_string()))?;
+    .map_err(|e| match e.kind() {
+        // The identity's directory is a symlink (or not a directory): refused, not failed.
+        std::io::ErrorKind::InvalidData => FleetError::invalid(
+            format!("a drift log append for {identity}"),
+            e.to_string(),
+            "an identity directory that is a real directory in the KB (remove the symlink)",
+        ),
+        _ => FleetError::internal("a drift log append", e.to_string()),
+    })?;
     ctx.events.emit(EventKind::DriftLine {
         identity: identity.to_string(),
         kind,

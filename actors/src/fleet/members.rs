@@ -388,11 +388,14 @@ impl Fleet {
             }
             v
         });
+        // The queue's bodies by READ (each message's parties and the operator), what the
+        // screen showed by the Screen rule: everyone else sees the queue's shape.
         let queue = match self.ctx.dir.injector(&name) {
             Some(i) => i
                 .call(|reply| InjectorMsg::Queue { reply }, CALL)
                 .await
-                .ok(),
+                .ok()
+                .map(|q| q.seen_by(caller)),
             None => None,
         };
         let n2 = name.clone();

@@ -77,7 +77,7 @@ impl Fleet {
                             CALL,
                         )
                         .await
-                        .and_then(|r| r.map(|m| Some(Receipt::from(&m)))),
+                        .and_then(|r| r.map(|m| Some(Receipt::queued(&m)))),
                     None => Err(FleetError::unavailable(
                         format!("message to `{to}`"),
                         "its injector is restarting",
@@ -137,12 +137,14 @@ impl Fleet {
         let queued = self
             .ticketed(TicketKind::Send, from, &to, message, None, Via::Injector)
             .await?;
-        self.sent(queued, wait, wait_secs).await
+        self.sent(caller, queued, wait, wait_secs).await
     }
 
-    /// Answer a send: the ticket at once, or after a bounded wait for its answer.
+    /// Answer a send: the ticket at once, or after a bounded wait for its answer (as `caller`
+    /// sees it).
     pub(super) async fn sent(
         &self,
+        caller: &Caller,
         queued: Queued,
         wait: bool,
         wait_secs: Option<u64>,
@@ -154,7 +156,7 @@ impl Fleet {
                     ticket: queued.ticket,
                     receipt: Some(r),
                 },
-                None => self.view(queued.ticket).await,
+                None => self.view(queued.ticket, caller).await,
             };
             return Ok(SendResult {
                 ticket,
@@ -165,7 +167,7 @@ impl Fleet {
         let secs = wait_secs.unwrap_or(max).min(max);
         let (t, resolved) = self.wait_ticket(queued.ticket.id, secs).await?;
         Ok(SendResult {
-            ticket: self.view(t).await,
+            ticket: self.view(t, caller).await,
             resolved: Some(resolved),
         })
     }
@@ -248,7 +250,7 @@ impl Fleet {
                 Via::Mail { mail, receipt },
             )
             .await?;
-        self.sent(queued, wait, wait_secs).await
+        self.sent(caller, queued, wait, wait_secs).await
     }
 
     /// Hand a message received from another host's lead to this host's primary (through its
@@ -339,7 +341,7 @@ impl Fleet {
                 CALL,
             )
             .await??;
-        Ok(self.view(t).await)
+        Ok(self.view(t, caller).await)
     }
 
     /// Asks `caller`'s lead (the live primary) `question` and waits up to
@@ -401,7 +403,7 @@ impl Fleet {
             ),
         };
         Ok(AskResult {
-            ticket: self.view(t).await,
+            ticket: self.view(t, caller).await,
             answered,
             answer,
             note,
@@ -421,7 +423,7 @@ impl Fleet {
             .await?;
         let mut out = vec![];
         for t in ts {
-            out.push(self.view(t).await);
+            out.push(self.view(t, caller).await);
         }
         Ok(out)
     }
@@ -470,7 +472,7 @@ impl Fleet {
             },
             &format!("lookup of {id}"),
         )?;
-        Ok(self.view(t).await)
+        Ok(self.view(t, caller).await)
     }
 
     /// Tickets: all of them for the operator; for a member, those it opened or was sent.
@@ -492,7 +494,7 @@ impl Fleet {
                 "ticket listing",
             );
             if visible.is_ok() {
-                out.push(self.view(t).await);
+                out.push(self.view(t, caller).await);
             }
         }
         Ok(out)
@@ -522,6 +524,6 @@ impl Fleet {
             },
             &format!("lookup of {id}"),
         )?;
-        Ok(Receipt::from(&m))
+        Ok(Receipt::of(&m, caller))
     }
 }

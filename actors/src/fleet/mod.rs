@@ -319,7 +319,7 @@ impl Fleet {
         }
     }
 
-    async fn receipt(&self, id: Option<MsgId>) -> Option<Receipt> {
+    async fn receipt(&self, id: Option<MsgId>, caller: &Caller) -> Option<Receipt> {
         let id = id?;
         self.ctx
             .store
@@ -327,10 +327,12 @@ impl Fleet {
             .await
             .ok()
             .flatten()
-            .map(|m| Receipt::from(&m))
+            .map(|m| Receipt::of(&m, caller))
     }
 
-    async fn view(&self, t: Ticket) -> TicketView {
+    /// Ticket `t` with its receipt, as `caller` sees it (the receipt's screen text by the
+    /// Screen rule). A remote receipt carries no screen text: the other host keeps it.
+    async fn view(&self, t: Ticket, caller: &Caller) -> TicketView {
         if let Some(r) = &t.remote {
             let receipt = Some(Receipt {
                 msg: t.msg.unwrap_or(MsgId(0)),
@@ -340,11 +342,12 @@ impl Fleet {
                 delivered_at: r.delivered_at,
                 settled_at: r.settled_at,
                 note: r.note.clone(),
+                screen: None,
                 altered: r.altered.clone(),
             });
             return TicketView { ticket: t, receipt };
         }
-        let receipt = self.receipt(t.msg).await;
+        let receipt = self.receipt(t.msg, caller).await;
         TicketView { ticket: t, receipt }
     }
 }

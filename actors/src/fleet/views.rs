@@ -100,13 +100,19 @@ pub struct Receipt {
     pub delivered_at: Option<Millis>,
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
+    /// A stalled paste: what the target's screen showed. Present only for those the Screen
+    /// rule shows that screen to (the target itself and the operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<String>,
     /// The text held characters that may not reach a terminal; they were shown visibly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub altered: Option<String>,
 }
 
-impl From<&Message> for Receipt {
-    fn from(m: &Message) -> Self {
+impl Receipt {
+    /// Message `m`'s receipt as `caller` sees it: the screen text it may carry only by the
+    /// Screen rule (`authz::screen_visible`). There is no receipt without a viewer.
+    pub fn of(m: &Message, caller: &Caller) -> Self {
         Receipt {
             msg: m.id,
             target: m.target.clone(),
@@ -115,7 +121,20 @@ impl From<&Message> for Receipt {
             delivered_at: m.delivered_at,
             settled_at: m.settled_at,
             note: m.note.clone(),
+            screen: m
+                .screen
+                .clone()
+                .filter(|_| crate::authz::screen_visible(caller, &m.target)),
             altered: m.altered.clone(),
+        }
+    }
+
+    /// The receipt of a message just queued, as its sender is answered: nothing from a screen
+    /// in it (it has not been pasted).
+    pub fn queued(m: &Message) -> Self {
+        Receipt {
+            screen: None,
+            ..Receipt::of(m, &Caller::Operator)
         }
     }
 }

@@ -171,6 +171,7 @@ impl InjectorActorState {
                 ticket: m.ticket,
                 state: m.state,
                 note: m.note,
+                screen: m.screen,
             });
         }
         Ok(())
@@ -301,8 +302,8 @@ impl Actor for InjectorActor {
                 let fx = st.core.turn_started(id, now);
                 st.perform(fx).await?;
             }
-            InjectorMsg::NotStarted { id, why } => {
-                let fx = st.core.not_started(id, &why, now);
+            InjectorMsg::NotStarted { id, why, screen } => {
+                let fx = st.core.not_started(id, &why, screen, now);
                 st.perform(fx).await?;
             }
             InjectorMsg::Tick => {

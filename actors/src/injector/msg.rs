@@ -23,10 +23,12 @@ pub enum InjectorMsg {
     TurnStarted {
         id: MsgId,
     },
-    /// The slot saw no turn start on message `id` in time; `why` says what the screen showed.
+    /// The slot saw no turn start on message `id` in time; `why` says why, `screen` what the
+    /// screen showed (screen text: kept apart, shown by the Screen rule).
     NotStarted {
         id: MsgId,
         why: String,
+        screen: Option<String>,
     },
     Tick,
     PasteResult {
@@ -55,4 +57,23 @@ pub struct QueueView {
     pub in_flight: Option<Message>,
     pub queued: Vec<Message>,
     pub stalled: bool,
+}
+
+impl QueueView {
+    /// The queue as `caller` may see it: its shape (ids, senders, tickets, states, times,
+    /// notes) always; each body only if `caller` may read that message
+    /// (`authz::body_visible`: its parties and the operator), blanked otherwise; what the
+    /// target's screen showed only by the Screen rule (`authz::screen_visible`).
+    pub fn seen_by(mut self, caller: &crate::types::Caller) -> QueueView {
+        for m in self.in_flight.iter_mut().chain(self.queued.iter_mut()) {
+            if !crate::authz::body_visible(caller, &m.from, &m.target) {
+                m.body = String::new();
+                m.altered = None;
+            }
+            if !crate::authz::screen_visible(caller, &m.target) {
+                m.screen = None;
+            }
+        }
+        self
+    }
 }

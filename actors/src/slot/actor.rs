@@ -268,14 +268,21 @@ impl SlotActorState {
                     waited_ms,
                     screen,
                 } => {
+                    // The screen's lines go apart from the reason: they are screen text, shown
+                    // by the Screen rule (the member and the operator), the reason to all.
                     let why = format!(
                         "`{}` did not start a turn on it within {waited_ms} ms of the Enter \
-                         (no turn-start hook, no busy marker); the screen showed:\n{screen}",
-                        self.name
+                         (no turn-start hook, no busy marker); what its screen showed is in the \
+                         receipt's `screen`, for the operator and `{}` itself",
+                        self.name, self.name
                     );
                     tracing::info!(member = %self.name, %msg, "paste not taken");
                     if let Some(i) = self.ctx.dir.injector(&self.name) {
-                        i.cast(InjectorMsg::NotStarted { id: msg, why });
+                        i.cast(InjectorMsg::NotStarted {
+                            id: msg,
+                            why,
+                            screen: Some(screen),
+                        });
                     }
                 }
                 Effect::ScreenDropped => {

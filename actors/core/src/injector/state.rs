@@ -6,7 +6,8 @@
 //! `failed` when the target is gone. `accepted` means the target's slot saw evidence that the
 //! agent started a turn on this message (a hook, or its busy marker after the Enter), never
 //! merely a status change; without it the slot reports the message not taken and it is
-//! `stalled`, with what the screen showed. Pure: the shell persists each [`Effect::Save`] before it performs the effects
+//! `stalled`, with why in its `note` and what the screen showed in its `screen` (screen text,
+//! which views show only by the Screen rule). Pure: the shell persists each [`Effect::Save`] before it performs the effects
 //! after it (so a receipt is durable before anyone is told, and `delivered` is durable before the
 //! paste: a crash can stall a message, never paste it twice). Must never touch a terminal.
 
@@ -60,6 +61,11 @@ pub struct Message {
     /// When it became accepted, stalled or failed.
     pub settled_at: Option<Millis>,
     pub note: Option<String>,
+    /// A stalled paste: the last lines of the target's screen when it stalled. Screen text,
+    /// kept apart from `note` so that views show it only to those the Screen rule lets see
+    /// the target's screen (`fleetd_core::authz::screen_visible`), the note to everyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screen: Option<String>,
     /// Set when the body held characters that may not reach a terminal as such (see
     /// [`crate::sanitize`]): what was shown visibly instead. The stored body is the safe one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,6 +92,7 @@ impl Message {
             delivered_at: None,
             settled_at: None,
             note: None,
+            screen: None,
             altered: None,
         }
     }
@@ -388,11 +395,19 @@ impl Injector {
     }
 
     /// The target's slot saw no turn start on message `id` within the accept timeout; `why`
-    /// says what the screen showed.
-    pub fn not_started(&mut self, id: MsgId, why: &str, now: Millis) -> Vec<Effect> {
+    /// says why (no screen text in it), `screen` what the screen showed (kept in the message's
+    /// `screen`, shown by the Screen rule).
+    pub fn not_started(
+        &mut self,
+        id: MsgId,
+        why: &str,
+        screen: Option<String>,
+        now: Millis,
+    ) -> Vec<Effect> {
         let mut fx = vec![];
         match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingAccept { msg, .. } if msg.id == id && !self.unresolved => {
+            Phase::AwaitingAccept { mut msg, .. } if msg.id == id && !self.unresolved => {
+                msg.screen = screen;
                 self.stall(msg, why, now, &mut fx)
             }
             other => self.phase = other,
@@ -582,10 +597,11 @@ mod tests {
         i.enqueue(msg(1), 0).unwrap();
         i.enqueue(msg(2), 0).unwrap();
         assert_eq!(delivered(&i.target_status(view(Status::Idle), 10)), vec![1]);
-        let fx = i.not_started(MsgId(1), "the screen showed: > m1", 1_010);
+        let fx = i.not_started(MsgId(1), "not taken", Some("> m1".into()), 1_010);
         assert!(
             matches!(&fx[..], [Effect::Save(m)] if m.state == ReceiptState::Stalled
-                && m.note.as_deref().is_some_and(|n| n.contains("> m1") && n.contains("held")))
+                && m.note.as_deref().is_some_and(|n| n.contains("not taken") && n.contains("held") && !n.contains("> m1"))
+                && m.screen.as_deref() == Some("> m1"))
         );
         // Held: the idle target does not get the next message pasted on top.
         assert!(delivered(&i.target_status(view(Status::Idle), 1_100)).is_empty());
@@ -796,7 +812,7 @@ mod tests {
                             if let Some((l, s, _)) = &mut last && *l == id.0 { *s = true; }
                             i.turn_started(id, now)
                         }
-                        Some(id) => i.not_started(id, "screen", now),
+                        Some(id) => i.not_started(id, "screen", None, now),
                         None => vec![],
                     },
                 };

@@ -246,6 +246,7 @@ mod tests {
             ticket: Some(TicketId(5)),
             state: ReceiptState::Delivered,
             note: None,
+            screen: None,
         };
         let ticket = |from: &Party, state| EventKind::Ticket {
             ticket: TicketId(6),
