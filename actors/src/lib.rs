@@ -10,8 +10,7 @@
 
 // The rules (pure, `fleetd-core`).
 pub use fleetd_core::{
-    admission, agents, authz, backoff, clock, config, error, hooks, sanitize, session, spawn,
-    types,
+    admission, agents, authz, backoff, clock, config, error, hooks, sanitize, session, spawn, types,
 };
 
 // Shells, and the modules that do I/O. Where a concept has a pure part, its `mod.rs` or the

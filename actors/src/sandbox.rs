@@ -18,22 +18,6 @@ pub struct Sandbox {
     said_unconfined: std::sync::atomic::AtomicBool,
 }
 
-/// The namespaces and mounts every confined member gets, tried with `true` as the program.
-const PROBE_ARGS: &[&str] = &[
-    "--die-with-parent",
-    "--unshare-pid",
-    "--unshare-ipc",
-    "--dev-bind",
-    "/",
-    "/",
-    "--proc",
-    "/proc",
-    "--dev",
-    "/dev",
-    "--",
-    "true",
-];
-
 impl Sandbox {
     /// What bubblewrap does here (run once per program, then remembered). Blocking: a few
     /// milliseconds, the first time.
@@ -90,7 +74,8 @@ fn run_probe(program: &str) -> Probe {
         }
     };
     match Command::new(program)
-        .args(PROBE_ARGS)
+        .args(NAMESPACES)
+        .args(["--", "true"])
         .stdin(Stdio::null())
         .output()
     {

@@ -197,6 +197,21 @@ pub struct Layout {
     pub cwd: Option<PathBuf>,
 }
 
+/// What every confined member starts from, and what the shell's probe tries with `true`: the
+/// user's whole view, its own pid and IPC namespaces, `/proc` and `/dev`, gone with its parent.
+pub const NAMESPACES: &[&str] = &[
+    "--die-with-parent",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--dev-bind",
+    "/",
+    "/",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+];
+
 /// The state dir's subdirectory where the daemon's listening sockets are (`api.sock` and
 /// `mcp.sock` at the top of the state dir are symlinks into it).
 pub const SOCKET_DIR: &str = "sock";
@@ -211,22 +226,10 @@ const STATE_TMPFS_BYTES: u32 = 1 << 20;
 /// state dir made read-only.
 pub fn command(program: &str, layout: &Layout, argv: &[String]) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let mut c: Vec<String> = [
-        program,
-        "--die-with-parent",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--dev-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
+    let mut c: Vec<String> = std::iter::once(program)
+        .chain(NAMESPACES.iter().copied())
+        .map(str::to_string)
+        .collect();
     let state = s(&layout.state_dir);
     c.extend([
         "--size".into(),
