@@ -45,38 +45,47 @@ one() { # mode -> "median_spawn_ms mean_pss_kb"
   FLEETD_STATE_DIR=$dir/s "$FLEETD" serve --config "$dir/fleetd.toml" >"$dir/log" 2>&1 &
   local daemon=$!
   for _ in $(seq 100); do [[ -S $dir/s/api.sock ]] && break; sleep 0.05; done
-  local times=() t0 t1 i
+  local times=() starts=() t0 t1 i
   for i in $(seq "$N"); do
     t0=$(now_us)
-    FLEETD_STATE_DIR=$dir/s "$FLEETD" spawn --role worker --name "m$i" -- sleep 100000 >/dev/null
+    FLEETD_STATE_DIR=$dir/s "$FLEETD" spawn --role worker --name "m$i" -- \
+      sh -c "date +%s%N > $dir/started.$i; exec sleep 100000" >/dev/null
     t1=$(now_us)
     times+=($(( t1 - t0 )))
+    # The program's own first act stamps when it ran: no polling in the measured path.
+    for _ in $(seq 200); do [[ -s $dir/started.$i ]] && break; sleep 0.01; done
+    starts+=($(( $(cat "$dir/started.$i") / 1000 - t0 )))
   done
   local pss=0 hp
   for hp in $(FLEETD_STATE_DIR=$dir/s "$FLEETD" list --json | python3 -c 'import json,sys; v=json.load(sys.stdin); [print(m["host_pid"]) for m in v["members"] if m.get("host_pid")]'); do
     pss=$(( pss + $(tree_pss "$hp") ))
   done
-  local median
+  local median mstart
   median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  mstart=$(printf '%s\n' "${starts[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   FLEETD_STATE_DIR=$dir/s "$FLEETD" list --json | grep -q '"sandbox": "bwrap"' && confined=yes || confined=no
   kill "$daemon"; wait "$daemon" 2>/dev/null || true
   pkill -f "fleetd-sbx-.*/s/term" 2>/dev/null || true
   rm -rf "$dir"
-  echo "$median $(( pss / N )) $confined"
+  echo "$median $mstart $(( pss / N )) $confined"
 }
 
-declare -A spawn pss
+ms() { python3 -c "print(f'{$1/1000:.1f}')"; }
+declare -A spawn start pss
 for r in $(seq "$ROUNDS"); do
   if (( r % 2 )); then order=(off bwrap); else order=(bwrap off); fi
   for m in "${order[@]}"; do
-    read -r s p c < <(one "$m")
+    read -r s st p c < <(one "$m")
     [[ $m == bwrap && $c != yes ]] && { echo "sandbox-cost: members were not confined in mode bwrap" >&2; exit 1; }
-    spawn[$m]+="$s "; pss[$m]+="$p "
-    echo "round $r mode $m: median spawn $(( s / 1000 )).$(( (s % 1000) / 100 )) ms, PSS per member $p kB (confined: $c)"
+    spawn[$m]+="$s "; start[$m]+="$st "; pss[$m]+="$p "
+    echo "round $r mode $m: median spawn answered $(ms "$s") ms, program running $(ms "$st") ms, PSS per member $p kB (confined: $c)"
   done
 done
 med() { printf '%s\n' $1 | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-so=$(med "${spawn[off]}"); sb=$(med "${spawn[bwrap]}"); po=$(med "${pss[off]}"); pb=$(med "${pss[bwrap]}")
+row() { # name off bwrap unit
+  python3 -c "o,b=$2,$3; print(f'  {\"$1\":<28} off {o/$5:8.1f} $4  bwrap {b/$5:8.1f} $4  ratio {b/o:.2f}  (+{(b-o)/$5:.1f} $4)')"
+}
 echo "median of rounds, $N members each:"
-echo "  spawn  off $(( so / 1000 )) ms   bwrap $(( sb / 1000 )) ms   ratio $(python3 -c "print(f'{$sb/$so:.2f}')")   (+$(( (sb - so) / 1000 )) ms)"
-echo "  PSS    off ${po} kB  bwrap ${pb} kB  ratio $(python3 -c "print(f'{$pb/$po:.2f}')")   (+$(( pb - po )) kB per member)"
+row "spawn answered" "$(med "${spawn[off]}")" "$(med "${spawn[bwrap]}")" ms 1000
+row "program running after" "$(med "${start[off]}")" "$(med "${start[bwrap]}")" ms 1000
+row "PSS per member" "$(med "${pss[off]}")" "$(med "${pss[bwrap]}")" kB 1
