@@ -75,7 +75,12 @@ pub(super) fn print_members(v: &Members) -> String {
                 m.name.to_string(),
                 wire_name(&m.role),
                 opt(&m.slot),
-                wire_name(&m.status),
+                match &m.blocked {
+                    Some(b) if m.status == fleetd_actors::types::Status::Blocked => {
+                        format!("{} ({})", wire_name(&m.status), b.reason)
+                    }
+                    _ => wire_name(&m.status),
+                },
                 ago(Some(m.status_since)),
                 m.parent.to_string(),
                 opt(&m.pid),
@@ -543,6 +548,16 @@ pub(super) fn print_member_detail(v: &MemberDetail) -> String {
             ""
         }
     );
+    if let Some(b) = m
+        .blocked
+        .as_ref()
+        .filter(|_| m.status == fleetd_actors::types::Status::Blocked)
+    {
+        put!(out, "  blocked    {}", b.reason);
+        for l in b.screen.lines() {
+            put!(out, "             | {l}");
+        }
+    }
     put!(out, "  parent     {}", m.parent);
     put!(out, "  pid        {}", opt(&m.pid));
     put!(out, "  profile    {}", m.profile);

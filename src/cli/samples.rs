@@ -62,6 +62,7 @@ pub(super) fn member(at: Millis) -> MemberView {
             base: "abc123".into(),
         }),
         sandbox: Some("bwrap".into()),
+        blocked: None,
     }
 }
 
@@ -86,6 +87,7 @@ fn exited_architect(at: Millis) -> MemberView {
         session_id: None,
         worktree: None,
         sandbox: None,
+        blocked: None,
     }
 }
 

@@ -1169,3 +1169,96 @@ async fn a_still_members_screen_leaves_the_daemon_and_comes_back_whole() {
     assert!(screen.contains(&format!("replied to {t}")), "{screen}");
     assert_eq!(d.ticket(&t).await["receipt"]["state"], "accepted");
 }
+
+/// The safe default for a screen nobody foresaw: a member whose screen is neither its
+/// profile's prompt nor its busy marker nor a dialog, still for the profile's window, is
+/// `blocked` ("unrecognised screen"), not `working`; its last lines are shown to the operator
+/// and the lead (not to another worker); and nothing is pasted into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecognised_still_screen_is_blocked_and_shown_to_the_operator_and_the_lead() {
+    let mut config = test_config();
+    let mut odd = config.profiles["sim"].clone();
+    odd.unrecognised_ms = 600;
+    config.profiles.insert("odd".into(), odd);
+    let d = D::with(config).await;
+    let mut ev = d.events().await;
+    d.spawn("lead", "primary", exec(&[])).await;
+    d.spawn("w2", "worker", exec(&[])).await;
+    let script = "printf 'Something new this release\\r\\n  Enter to go on'; exec sleep 600";
+    d.try_spawn(json!({"role": "worker", "name": "odd", "profile": "odd",
+        "command": ["sh", "-c", script]}))
+        .await
+        .unwrap_or_else(|e| panic!("spawn: {e}\n{}", d.log()));
+    let e = ev
+        .until("odd blocked", |e| {
+            matches!(&e.kind, EventKind::Status { member, to, .. }
+                if member.as_str() == "odd" && to.as_str() == "blocked")
+        })
+        .await;
+    let EventKind::Status {
+        injectable,
+        reason,
+        screen,
+        ..
+    } = &e.kind
+    else {
+        unreachable!()
+    };
+    assert!(!injectable);
+    assert_eq!(reason.as_deref(), Some("unrecognised screen"));
+    assert!(
+        screen
+            .as_deref()
+            .is_some_and(|s| s.contains("Something new this release")),
+        "{e:?}"
+    );
+    // The operator sees why and the lines.
+    let m = d.member("odd").await;
+    assert_eq!(m["status"], "blocked", "{m}");
+    assert_eq!(m["blocked"]["reason"], "unrecognised screen", "{m}");
+    assert!(
+        m["blocked"]["screen"]
+            .as_str()
+            .is_some_and(|s| s.contains("Enter to go on")),
+        "{m}"
+    );
+    let out = d.cli(&["list"]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("blocked (unrecognised screen)"), "{list}");
+    // So does the lead; another worker gets the reason without the text.
+    let r = d.calls_as("lead", json!([{"tool": "fleet_list"}])).await;
+    let row = |r: &Value| {
+        r["structured"]["members"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["name"] == "odd").cloned())
+            .unwrap_or_else(|| panic!("no odd in {r}"))
+    };
+    let lead_row = row(&r[0]);
+    assert!(
+        lead_row["blocked"]["screen"]
+            .as_str()
+            .is_some_and(|s| s.contains("Something new")),
+        "{lead_row}"
+    );
+    let r = d.calls_as("w2", json!([{"tool": "fleet_list"}])).await;
+    let w_row = row(&r[0]);
+    assert_eq!(w_row["blocked"]["reason"], "unrecognised screen", "{w_row}");
+    assert_eq!(w_row["blocked"]["screen"], "", "{w_row}");
+    // A message waits: queued, never delivered into a screen nobody can read.
+    let t = d.send("odd", "sum: 1").await;
+    ev.receipt(&t, "queued").await;
+    // A round trip through another member later, still held.
+    d.calls_as("lead", json!([{"tool": "fleet_whoami"}])).await;
+    let later = d.member("odd").await;
+    assert_eq!(later["status"], "blocked", "{later}");
+    assert_eq!(
+        later["queue"]["queued"].as_array().map(Vec::len),
+        Some(1),
+        "{later}"
+    );
+    assert!(
+        !ev.seen.iter().any(|e| matches!(&e.kind, EventKind::Receipt { target, state, .. }
+                if target.as_str() == "odd" && *state != fleetd_actors::injector::state::ReceiptState::Queued)),
+        "a message went further than queued into an unrecognised screen"
+    );
+}

@@ -307,6 +307,14 @@ pub fn screen_visible(caller: &Caller, member: &MemberName) -> bool {
     authorize(caller, &Action::Screen { member }, "a screen's text").is_ok()
 }
 
+/// Whether `caller` may see the last screen lines shown with a member's `blocked` status (the
+/// dialog, or the screen nobody foresaw, that holds it): whoever may see its screen (itself,
+/// the operator), and the lead, who must decide what to do about a member that waits for a
+/// person. Everyone else gets the reason without the text.
+pub fn blocked_screen_visible(caller: &Caller, member: &MemberName) -> bool {
+    screen_visible(caller, member) || matches!(caller, Caller::Member(m) if m.role == Role::Primary)
+}
+
 /// The coordinator row of `fleet_list` (coord-id, mailbox, held mail, peers) is for the primary
 /// only. The gate runs before the row is built: for anyone else the key is absent, not empty.
 /// The operator sees it too: it is the operator's daemon.

@@ -487,6 +487,11 @@ pub struct Profile {
     /// changed and then read differently for this long (a hook that never came, e.g. no
     /// `Stop` after the user interrupted a turn).
     pub hook_yield_ms: u64,
+    /// A screen that is none of the above (not the prompt, the input box, the busy marker, a
+    /// dialog or a question), still this long with no hook since, is `blocked` with the reason
+    /// "unrecognised screen": something nobody foresaw waits (a new dialog, a chooser, an error
+    /// page, a blank screen). It overrides a hook's `working`. 0: never (a silent shell command).
+    pub unrecognised_ms: u64,
     pub env: BTreeMap<String, String>,
     /// Variables of the daemon's environment the agent must not inherit: names, or prefixes
     /// ending in `*` (Gemini CLI will not start interactively when it sees `CI` or any `CI_*`).
@@ -527,6 +532,7 @@ impl Default for Profile {
             wait_for_tools_ms: 0,
             wait_for_session_ms: 0,
             hook_yield_ms: 5000,
+            unrecognised_ms: 10_000,
             env: BTreeMap::new(),
             unset_env: vec![],
         }
@@ -579,6 +585,7 @@ pub struct CompiledProfile {
     pub wait_for_tools_ms: u64,
     pub wait_for_session_ms: u64,
     pub hook_yield_ms: u64,
+    pub unrecognised_ms: u64,
 }
 
 impl CompiledProfile {
@@ -609,6 +616,7 @@ impl CompiledProfile {
             wait_for_tools_ms: p.wait_for_tools_ms,
             wait_for_session_ms: p.wait_for_session_ms,
             hook_yield_ms: p.hook_yield_ms,
+            unrecognised_ms: p.unrecognised_ms,
         })
     }
 }

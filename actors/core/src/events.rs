@@ -25,7 +25,8 @@ pub struct Event {
 impl Event {
     /// This event as `caller` may see it: screen text it carries (a stalled paste's receipt)
     /// is blanked unless the Screen rule shows `caller` that member's screen
-    /// ([`crate::authz::screen_visible`]). Every other field is open to every reader of the
+    /// ([`crate::authz::screen_visible`]); a blocked status's screen lines likewise, the lead
+    /// seeing them too ([`crate::authz::blocked_screen_visible`]). Every other field is open to every reader of the
     /// stream (rule READ).
     pub fn seen_by(&self, caller: &Caller) -> Cow<'_, Event> {
         match &self.kind {
@@ -36,6 +37,17 @@ impl Event {
             } if !crate::authz::screen_visible(caller, target) => {
                 let mut e = self.clone();
                 if let EventKind::Receipt { screen, .. } = &mut e.kind {
+                    *screen = None;
+                }
+                Cow::Owned(e)
+            }
+            EventKind::Status {
+                member,
+                screen: Some(_),
+                ..
+            } if !crate::authz::blocked_screen_visible(caller, member) => {
+                let mut e = self.clone();
+                if let EventKind::Status { screen, .. } = &mut e.kind {
                     *screen = None;
                 }
                 Cow::Owned(e)
@@ -66,6 +78,13 @@ pub enum EventKind {
         to: Status,
         injectable: bool,
         cause: String,
+        /// For `blocked`: why (`unrecognised screen`, `dialog on screen`, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// For `blocked`: the screen's last lines. Screen text: shown only to those
+        /// [`crate::authz::blocked_screen_visible`] lets see it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        screen: Option<String>,
     },
     Exited {
         member: MemberName,

@@ -470,6 +470,7 @@ mod tests {
             worktree: None,
             cwd: Some("/work/x".into()),
             sandbox: None,
+            blocked: None,
         }
     }
 

@@ -198,6 +198,7 @@ impl Fleet {
                 crate::sandbox::Decision::Confined { .. } => Some("bwrap".into()),
                 crate::sandbox::Decision::Unconfined { .. } => None,
             },
+            blocked: None,
         };
         let pid = handle.pid;
         let rec2 = record.clone();
@@ -408,7 +409,7 @@ impl Fleet {
             .filter(|t| t.to == n2 && t.state == TicketState::Open)
             .map(|t| t.id)
             .collect();
-        let mut member = MemberView::from(&rec);
+        let mut member = MemberView::from(&rec).seen_by(caller);
         if let Some(v) = &slot_view {
             member.status = v.status;
             member.status_since = v.status_since;

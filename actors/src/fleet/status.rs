@@ -21,7 +21,10 @@ impl Fleet {
         } else {
             None
         };
-        let mut members: Vec<MemberView> = members.iter().map(MemberView::from).collect();
+        let mut members: Vec<MemberView> = members
+            .iter()
+            .map(|m| MemberView::from(m).seen_by(caller))
+            .collect();
         members.sort_by_key(|m| (m.status == Status::Exited, m.spawned_at));
         let open_decisions = coordinator_row_visible(caller).then(|| self.open_decisions());
         Ok(ListView {

@@ -33,6 +33,23 @@ pub struct MemberView {
     /// How it is confined (`bwrap`); absent when it runs unconfined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// While `blocked`: why (`unrecognised screen`, `dialog on screen`, ...) and the screen's
+    /// last lines (blank for a caller `authz::blocked_screen_visible` does not show them to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<crate::registry::state::Blocked>,
+}
+
+impl MemberView {
+    /// This view as `caller` may see it: a blocked member's screen lines only for those who
+    /// may see them.
+    pub fn seen_by(mut self, caller: &Caller) -> Self {
+        if let Some(b) = &mut self.blocked
+            && !crate::authz::blocked_screen_visible(caller, &self.name)
+        {
+            b.screen.clear();
+        }
+        self
+    }
 }
 
 impl From<&MemberRecord> for MemberView {
@@ -53,6 +70,7 @@ impl From<&MemberRecord> for MemberView {
             session_id: m.session_id.clone(),
             worktree: m.worktree.clone(),
             sandbox: m.sandbox.clone(),
+            blocked: m.blocked.clone(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub enum RegistryMsg {
     Status {
         name: MemberName,
         status: Status,
+        /// For `blocked`: why, and the screen's last lines.
+        blocked: Option<crate::registry::state::Blocked>,
     },
     Pids {
         name: MemberName,
@@ -262,8 +264,12 @@ impl Actor for RegistryActor {
                     let _ = r.send(());
                 }
             }
-            RegistryMsg::Status { name, status } => {
-                st.core.set_status(&name, status, now);
+            RegistryMsg::Status {
+                name,
+                status,
+                blocked,
+            } => {
+                st.core.set_status(&name, status, blocked, now);
             }
             RegistryMsg::Session { name, id } => {
                 if st.core.set_session(&name, &id)

@@ -197,12 +197,23 @@ impl SlotActorState {
                     to,
                     injectable,
                     cause,
+                    blocked,
                 } => {
-                    tracing::debug!(member = %self.name, %from, %to, injectable, ?cause, "status");
+                    let reason = blocked.as_ref().map(|(r, _)| *r);
+                    tracing::debug!(member = %self.name, %from, %to, injectable, ?cause, ?reason, "status");
+                    if reason == Some(crate::slot::state::UNRECOGNISED) {
+                        tracing::warn!(member = %self.name, "blocked: an unrecognised screen has been still for the profile's window");
+                    }
                     if let Ok(r) = self.ctx.dir.registry() {
                         r.cast(RegistryMsg::Status {
                             name: self.name.clone(),
                             status: to,
+                            blocked: blocked.as_ref().map(|(r, s)| {
+                                crate::registry::state::Blocked {
+                                    reason: r.to_string(),
+                                    screen: s.clone(),
+                                }
+                            }),
                         });
                     }
                     if let Some(i) = self.ctx.dir.injector(&self.name) {
@@ -222,6 +233,8 @@ impl SlotActorState {
                             Cause::Exit => "exit",
                         }
                         .into(),
+                        reason: reason.map(str::to_string),
+                        screen: blocked.map(|(_, s)| s),
                     });
                 }
                 Effect::Paste {

@@ -55,6 +55,18 @@ pub struct MemberRecord {
     /// How it is confined (`bwrap`), or `None` when it runs unconfined (`[sandbox]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// While `blocked`: why, and the screen's last lines then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Blocked>,
+}
+
+/// Why a member is blocked, as its slot read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    /// `unrecognised screen`, `dialog on screen`, `permission asked (hook)`, `question`.
+    pub reason: String,
+    /// The screen's last lines (screen text: `authz::blocked_screen_visible`).
+    pub screen: String,
 }
 
 /// A member's git worktree.
@@ -475,12 +487,24 @@ impl Registry {
     }
 
     /// Record a status change of a live member. Exits go through [`Registry::released`].
-    pub fn set_status(&mut self, name: &MemberName, status: Status, now: Millis) -> bool {
+    pub fn set_status(
+        &mut self,
+        name: &MemberName,
+        status: Status,
+        blocked: Option<Blocked>,
+        now: Millis,
+    ) -> bool {
         match self.members.get_mut(name) {
-            Some(m) if m.is_live() && status != Status::Exited && m.status != status => {
-                m.status = status;
-                m.status_since = now;
-                true
+            Some(m) if m.is_live() && status != Status::Exited => {
+                let blocked = blocked.filter(|_| status == Status::Blocked);
+                let changed = m.status != status;
+                if changed {
+                    m.status = status;
+                    m.status_since = now;
+                }
+                let noted = m.blocked != blocked;
+                m.blocked = blocked;
+                changed || noted
             }
             _ => false,
         }
@@ -738,6 +762,7 @@ mod tests {
             worktree: None,
             cwd: None,
             sandbox: None,
+            blocked: None,
         }
     }
 

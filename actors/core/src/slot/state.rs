@@ -28,6 +28,7 @@
 //! or a socket.
 
 use std::num::NonZeroU16;
+use std::ops::Not;
 
 use crate::config::CompiledProfile;
 use crate::types::{Millis, MsgId, Status, Written};
@@ -57,6 +58,24 @@ pub fn scan_window(screen: &str, n: usize) -> String {
 
 fn hit(re: &Option<regex::Regex>, text: &str) -> bool {
     re.as_ref().is_some_and(|r| r.is_match(text))
+}
+
+/// Why a member is `blocked`, as the operator and its lead are told.
+pub const UNRECOGNISED: &str = "unrecognised screen";
+pub const DIALOG: &str = "dialog on screen";
+pub const PERMISSION: &str = "permission asked (hook)";
+pub const QUESTION: &str = "question";
+
+/// Whether none of the profile's regexes reads this screen window: not the prompt, not the
+/// input box, not the busy marker, not a dialog or a question. Such a screen, once still for
+/// the profile's `unrecognised_ms`, is `blocked` ([`UNRECOGNISED`]). A profile without a prompt
+/// reads every still screen as idle: nothing is unrecognised to it.
+pub fn unrecognised(profile: &CompiledProfile, window: &str) -> bool {
+    profile.prompt.as_ref().is_some_and(|p| !p.is_match(window))
+        && !hit(&profile.busy, window)
+        && !hit(&profile.permission, window)
+        && !hit(&profile.blocked, window)
+        && !hit(&profile.input, window)
 }
 
 /// Classify a stable screen: busy beats permission beats question beats the empty prompt
@@ -145,6 +164,9 @@ pub enum Effect {
         to: Status,
         injectable: bool,
         cause: Cause,
+        /// For `blocked`: why ([`UNRECOGNISED`], [`DIALOG`], ...) and the last lines of the
+        /// screen (screen text: shown by the rules of `authz::blocked_screen_visible`).
+        blocked: Option<(&'static str, String)>,
     },
     /// Idle for the whole TTL: stop the member and say why.
     Reap { idle_ms: Millis },
@@ -259,6 +281,15 @@ pub struct SlotCore {
     screen: Classified,
     /// A permission dialog is on screen now.
     dialog: bool,
+    /// The screen is one none of the profile's regexes reads ([`unrecognised`]); a member
+    /// that has drawn nothing yet counts as one (it waits for a prompt it has not shown).
+    strange: bool,
+    /// ...and it has been still, with no hook, for the profile's window: `blocked`.
+    stuck: bool,
+    /// When the last signal (hook) came.
+    last_signal: Millis,
+    /// The reason published with the status (for `blocked`).
+    reason: Option<&'static str>,
     pin: Option<Pin>,
     /// Until the member's `fleetd mcp` has listed the fleet tools (or this time passes), an
     /// idle member reads as still starting.
@@ -306,6 +337,10 @@ impl SlotCore {
                 injectable: false,
             },
             dialog: false,
+            strange: silent_is_idle.not(),
+            stuck: false,
+            last_signal: now,
+            reason: None,
             pin: None,
             tools_until,
             session_until,
@@ -388,6 +423,11 @@ impl SlotCore {
             };
         }
         self.dialog = self.dialog_in(&self.last_contents.clone());
+        self.strange = unrecognised(
+            &self.profile,
+            &scan_window(&self.last_contents, self.profile.scan_lines),
+        );
+        self.stuck = false;
         // Classify the restored screen once it has been still for the window.
         self.dirty = true;
     }
@@ -496,6 +536,12 @@ impl SlotCore {
         self.status_since
     }
 
+    /// Why the member is `blocked` ([`UNRECOGNISED`], [`DIALOG`], [`PERMISSION`], [`QUESTION`]),
+    /// as last published; `None` in any other status.
+    pub fn blocked_reason(&self) -> Option<&'static str> {
+        self.reason
+    }
+
     /// The message handed to the terminal host whose paste and Enter it has not confirmed.
     pub fn paste_unconfirmed(&self) -> Option<MsgId> {
         self.paste.as_ref().filter(|p| !p.entered).map(|p| p.msg)
@@ -553,24 +599,65 @@ impl SlotCore {
 
     /// The status the rules give now: the exit, else a dialog on screen, else a signal's, else
     /// the screen's; an idle member whose tools are not listed yet is still starting.
-    fn effective(&self) -> Classified {
+    fn effective(&self) -> (Classified, Option<&'static str>) {
         if self.dialog {
-            return Classified {
+            let c = Classified {
                 status: Status::Blocked,
                 injectable: self.profile.permission_injectable,
             };
+            return (c, Some(DIALOG));
+        }
+        if self.stuck {
+            // Nothing on screen says what the member does, and nothing has changed for the
+            // window: a hook's `working` does not outlive that.
+            let c = Classified {
+                status: Status::Blocked,
+                injectable: false,
+            };
+            return (c, Some(UNRECOGNISED));
         }
         let c = match &self.pin {
             Some(p) => p.class,
             None => self.screen,
         };
         if self.waits_to_start() && c.status == Status::Idle {
-            return Classified {
+            let c = Classified {
                 status: Status::Starting,
                 injectable: false,
             };
+            return (c, None);
         }
-        c
+        let reason = (c.status == Status::Blocked).then_some(match self.pin {
+            Some(p) if p.class.injectable => QUESTION,
+            Some(_) => PERMISSION,
+            None if c.injectable => QUESTION,
+            None => DIALOG,
+        });
+        (c, reason)
+    }
+
+    /// How long an unrecognised screen must be still (with no hook) before it is `blocked`: the
+    /// profile's window, or for a member still starting the longest wait its start may take.
+    fn stuck_window(&self) -> Option<Millis> {
+        let w = self.profile.unrecognised_ms;
+        if w == 0 {
+            return None;
+        }
+        if self.screen.status == Status::Starting || self.waits_to_start() {
+            return Some(
+                w.max(self.profile.wait_for_tools_ms)
+                    .max(self.profile.wait_for_session_ms),
+            );
+        }
+        Some(w)
+    }
+
+    /// When a strange screen becomes `blocked` ([`Self::stuck`]), if it is one.
+    fn stuck_at(&self) -> Option<Millis> {
+        if !self.strange || self.stuck || self.dialog || self.status == Status::Exited {
+            return None;
+        }
+        Some(self.last_change.max(self.last_signal) + self.stuck_window()?)
     }
 
     /// The member's `fleetd mcp` listed the fleet tools: it may take its first message.
@@ -592,19 +679,21 @@ impl SlotCore {
         if self.status == Status::Exited {
             return;
         }
-        let c = self.effective();
-        if c.status != self.status || c.injectable != self.injectable {
+        let (c, reason) = self.effective();
+        if c.status != self.status || c.injectable != self.injectable || reason != self.reason {
             let from = self.status;
             if c.status != self.status {
                 self.status_since = now;
             }
             self.status = c.status;
             self.injectable = c.injectable;
+            self.reason = reason;
             fx.push(Effect::Status {
                 from,
                 to: c.status,
                 injectable: c.injectable,
                 cause,
+                blocked: reason.map(|r| (r, excerpt(&self.last_contents, 8))),
             });
         }
     }
@@ -675,6 +764,8 @@ impl SlotCore {
         self.last_change = now;
         self.dirty = true;
         self.dialog = hit(&self.profile.permission, &window);
+        self.strange = unrecognised(&self.profile, &window);
+        self.stuck = false;
         let busy = hit(&self.profile.busy, &window);
         // The quick reading: work shows at once; idle waits for a still screen.
         if self.screen.status != Status::Starting {
@@ -775,6 +866,9 @@ impl SlotCore {
         {
             self.pin = None;
         }
+        if self.stuck_at().is_some_and(|at| now >= at) {
+            self.stuck = true;
+        }
         let retry = self.profile.enter_retry_ms;
         let text_in_box = self.screen
             == (Classified {
@@ -844,8 +938,11 @@ impl SlotCore {
         if self.dirty {
             at.push(self.last_change + self.profile.stable_ms);
         }
+        // A pin the screen agrees with has nothing to decide (a past instant here would hide
+        // every later one from the shell's timer).
         if let Some(pin) = self.pin
             && self.last_change > pin.at
+            && (self.dirty || self.screen != pin.class)
         {
             at.push(self.last_change + self.profile.hook_yield_ms.max(self.profile.stable_ms));
         }
@@ -861,6 +958,7 @@ impl SlotCore {
         }
         at.extend(self.tools_until);
         at.extend(self.session_until);
+        at.extend(self.stuck_at());
         at.extend(self.dormant_at());
         if self.settings.idle_ttl_ms > 0 && !self.reaped && self.status == Status::Idle {
             at.push(self.status_since + self.settings.idle_ttl_ms);
@@ -876,6 +974,9 @@ impl SlotCore {
             return fx;
         }
         let pin = |class| Some(Pin { class, at: now });
+        // A hook is a sign of life: an unrecognised screen waits its window again from now.
+        self.last_signal = now;
+        self.stuck = false;
         let ours = |prompt: &Option<String>, paste: &Option<Paste>| match (prompt, paste) {
             (_, None) => false,
             (None, Some(_)) => true,
@@ -932,11 +1033,13 @@ impl SlotCore {
             self.status = Status::Exited;
             self.injectable = false;
             self.status_since = now;
+            self.reason = None;
             fx.push(Effect::Status {
                 from,
                 to: Status::Exited,
                 injectable: false,
                 cause: Cause::Exit,
+                blocked: None,
             });
         }
         fx
@@ -1067,10 +1170,101 @@ mod tests {
         assert!(statuses(&c.tick(stable - 1)).is_empty());
         assert_eq!(c.next_deadline(), Some(stable));
         assert_eq!(statuses(&c.tick(stable)), vec![Status::Idle]);
-        // With a prompt to wait for, an empty screen is not a prompt: still starting.
+        // With a prompt to wait for, an empty screen is not a prompt: still starting, until
+        // it has shown nothing for the profile's window (then nobody knows what it waits for).
         let mut t = tui();
-        assert!(statuses(&t.tick(10_000)).is_empty());
+        assert!(statuses(&t.tick(9_999)).is_empty());
         assert_eq!(t.status(), Status::Starting);
+        assert_eq!(t.next_deadline(), Some(10_000));
+        assert_eq!(statuses(&t.tick(10_000)), vec![Status::Blocked]);
+        assert_eq!(t.blocked_reason(), Some(UNRECOGNISED));
+    }
+
+    /// The safe default: a screen none of the regexes reads, still for `unrecognised_ms` with
+    /// no hook since, is blocked ("unrecognised screen"), not injectable, with its last lines;
+    /// a hook's `working` does not outlive it; output or a hook starts the window again.
+    #[test]
+    fn an_unrecognised_still_screen_is_blocked_whatever_a_hook_said() {
+        let mut c = idle_tui();
+        c.signal(Signal::TurnStarted { prompt: None }, 1_000);
+        assert_eq!(c.status(), Status::Working);
+        let dialog = [
+            "Auto mode can't check actions",
+            " Enter to stay · Esc to cancel",
+        ];
+        c.output(&frame(&dialog), 1_100);
+        c.tick(1_200);
+        assert_eq!(
+            c.status(),
+            Status::Working,
+            "the hook's working holds for now"
+        );
+        c.tick(2_100);
+        assert_eq!(c.status(), Status::Working);
+        assert_eq!(
+            c.next_deadline(),
+            Some(11_100),
+            "the timer must wake for it"
+        );
+        assert!(statuses(&c.tick(11_099)).is_empty());
+        let fx = c.tick(11_100);
+        let blocked: Vec<_> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Status {
+                    to,
+                    injectable,
+                    blocked,
+                    ..
+                } => Some((*to, *injectable, blocked.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            blocked,
+            vec![(
+                Status::Blocked,
+                false,
+                Some((UNRECOGNISED, dialog.map(str::trim_end).join("\n")))
+            )]
+        );
+        // A hook later (a tool ran after all) starts the window again.
+        c.signal(Signal::Working, 12_000);
+        assert_eq!((c.status(), c.blocked_reason()), (Status::Working, None));
+        assert_eq!(c.next_deadline(), Some(22_000));
+        c.tick(21_999);
+        assert_eq!(c.blocked_reason(), None);
+        c.tick(22_000);
+        assert_eq!(c.blocked_reason(), Some(UNRECOGNISED));
+        // The prompt back: idle once still, as always.
+        c.output(&frame(&["welcome", "> ", "? for shortcuts"]), 23_000);
+        c.signal(Signal::Idle { turn: None }, 23_000);
+        c.tick(23_100);
+        assert_eq!((c.status(), c.injectable()), (Status::Idle, true));
+        assert_eq!(c.blocked_reason(), None);
+        // A still busy marker, a still prompt, a still dialog: never "unrecognised".
+        for (screen, want) in [
+            (&["working", "* esc to interrupt"][..], Status::Working),
+            (&["welcome", "> "][..], Status::Idle),
+            (&["Do you want to proceed?", "1. Yes"][..], Status::Blocked),
+        ] {
+            c.output(&frame(screen), 30_000);
+            c.tick(100_000);
+            assert_eq!(c.status(), want, "{screen:?}");
+            assert_ne!(c.blocked_reason(), Some(UNRECOGNISED), "{screen:?}");
+            assert_eq!(c.next_deadline(), None, "{screen:?}");
+        }
+    }
+
+    /// A profile may turn the rule off (a shell whose command prints nothing for a while).
+    #[test]
+    fn the_shell_profile_has_no_unrecognised_rule() {
+        let p = Config::default().compiled_profile("shell").unwrap();
+        assert_eq!(p.unrecognised_ms, 0);
+        let mut c = SlotCore::new(p, settings(0), 0);
+        c.output(b"$ sleep 100\r\n", 0);
+        c.tick(1_000_000);
+        assert_eq!(c.status(), Status::Working);
     }
 
     fn statuses(fx: &[Effect]) -> Vec<Status> {
@@ -1340,7 +1534,8 @@ mod tests {
                 from: Status::Idle,
                 to: Status::Idle,
                 injectable: false,
-                cause: Cause::Screen
+                cause: Cause::Screen,
+                blocked: None,
             }]
         );
         c.tick(700);
@@ -1859,6 +2054,12 @@ mod tests {
                 }
                 if dialog {
                     prop_assert_eq!((c.status(), c.injectable()), (Status::Blocked, false));
+                }
+                // Only the screen nobody reads is ever "unrecognised", and never injectable.
+                if c.blocked_reason() == Some(UNRECOGNISED) {
+                    prop_assert_eq!((c.status(), c.injectable()), (Status::Blocked, false));
+                    let text = c.screen_text();
+                    prop_assert_eq!(text.trim_end(), "output\nmore output");
                 }
             }
         }
