@@ -679,6 +679,7 @@ mod tests {
             note: None,
             screen: None,
             altered: None,
+            expires_at: None,
         };
         let put = |ms: Vec<Message>| {
             s.commit(&Batch {
@@ -722,6 +723,7 @@ mod tests {
             note: None,
             screen: None,
             altered: None,
+            expires_at: None,
         };
         {
             let s = Store::open(&path).unwrap();

@@ -1262,3 +1262,52 @@ async fn an_unrecognised_still_screen_is_blocked_and_shown_to_the_operator_and_t
         "a message went further than queued into an unrecognised screen"
     );
 }
+
+/// A message whose ticket expires while it waits behind a dialog is never pasted when the
+/// dialog closes: its receipt says it expired, its ticket ends (the sender sees why), and the
+/// message sent after it, still in time, is the next one delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_ticket_expired_in_the_queue_is_not_pasted() {
+    let mut config = test_config();
+    config.tickets.ttl_seconds = 2;
+    let d = D::with(config).await;
+    let mut ev = d.events().await;
+    d.spawn("w1", "worker", sim(&["--permission", "--work-ms", "50"]))
+        .await;
+    let t1 = d.send("w1", "sum: 1").await;
+    ev.until("permission dialog", |e| {
+        matches!(&e.kind, EventKind::Status { member, to, .. } if member.as_str() == "w1" && to.as_str() == "blocked")
+    })
+    .await;
+    let t2 = d.send("w1", "sum: 2").await;
+    let failed = ev.receipt(&t2, "failed").await;
+    let EventKind::Receipt { note, .. } = &failed.kind else {
+        unreachable!()
+    };
+    assert!(
+        note.as_deref()
+            .is_some_and(|n| n.starts_with(&format!("expired: its ticket {t2} expired"))),
+        "{failed:?}"
+    );
+    let ticket = d.ticket(&t2).await;
+    assert!(
+        ["expired", "undeliverable"].contains(&ticket["state"].as_str().unwrap_or("")),
+        "the sender sees the ticket end: {ticket}"
+    );
+    assert_eq!(ticket["receipt"]["state"], "failed", "{ticket}");
+    // A third, sent now with a fresh TTL; then the dialog is answered.
+    let t3 = d.send("w1", "sum: 3").await;
+    let _: Value = d
+        .client
+        .post("/members/w1/input", &json!({"text": "y"}))
+        .await
+        .unwrap();
+    let delivered = ev.receipt(&t3, "delivered").await;
+    assert!(
+        !ev.seen.iter().any(|e| e.seq < delivered.seq
+            && matches!(&e.kind, EventKind::Receipt { ticket: Some(t), state, .. }
+                if t.to_string() == t2 && *state == fleetd_actors::injector::state::ReceiptState::Delivered)),
+        "the expired message was pasted"
+    );
+    let _ = t1;
+}

@@ -65,7 +65,9 @@ impl Fleet {
                 let msg_id = ticket.msg.ok_or_else(|| {
                     FleetError::internal("fleet_send", "the desk opened a ticket without a message")
                 })?;
-                let msg = Message::new(msg_id, to.clone(), from, Some(ticket.id), body);
+                let mut msg = Message::new(msg_id, to.clone(), from, Some(ticket.id), body);
+                // Not pasted once its ticket has expired (`injector::state`, expire).
+                msg.expires_at = Some(ticket.expires_at);
                 match self.injector(to).await {
                     Some(i) => i
                         .call(

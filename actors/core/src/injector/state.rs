@@ -70,6 +70,10 @@ pub struct Message {
     /// [`crate::sanitize`]): what was shown visibly instead. The stored body is the safe one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub altered: Option<String>,
+    /// When its ticket expires: a message still queued then is never pasted (its ticket's
+    /// reply would be refused as late); its receipt says why. None: no ticket, no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Millis>,
 }
 
 impl Message {
@@ -94,6 +98,7 @@ impl Message {
             note: None,
             screen: None,
             altered: None,
+            expires_at: None,
         }
     }
 }
@@ -312,12 +317,52 @@ impl Injector {
 
     /// When the in-flight message stalls even though its slot never reported on it (the slot
     /// restarted and lost track of the paste): well after the slot's own accept timeout.
+    /// Also when the first queued message's ticket expires.
     pub fn next_deadline(&self) -> Option<Millis> {
+        let expiry = if self.closed.is_some() {
+            None
+        } else {
+            self.queue.iter().filter_map(|m| m.expires_at).min()
+        };
+        self.backstop().into_iter().chain(expiry).min()
+    }
+
+    fn backstop(&self) -> Option<Millis> {
         match &self.phase {
             Phase::AwaitingAccept { since, .. } if !self.unresolved => {
                 Some(since + self.limits.accept_timeout_ms * 2 + BACKSTOP_GRACE_MS)
             }
             _ => None,
+        }
+    }
+
+    /// Queued messages whose ticket has expired leave the queue, never pasted: the agent would
+    /// work on a ticket whose reply is refused as late. Each receipt says so (`failed`, a note
+    /// starting `expired`), and its ticket's sender is told through the ticket.
+    fn expire(&mut self, now: Millis, fx: &mut Vec<Effect>) {
+        if self.closed.is_some()
+            || !self
+                .queue
+                .iter()
+                .any(|m| m.expires_at.is_some_and(|e| now >= e))
+        {
+            return;
+        }
+        let target = self.target.clone();
+        let (gone, keep): (Vec<Message>, Vec<Message>) = self
+            .queue
+            .drain(..)
+            .partition(|m| m.expires_at.is_some_and(|e| now >= e));
+        self.queue = keep.into();
+        for mut msg in gone {
+            msg.state = ReceiptState::Failed;
+            msg.settled_at = Some(now);
+            msg.note = Some(format!(
+                "expired: its ticket{} expired after {} s in the queue, before `{target}` could                  take it; not pasted (send it again if it still matters)",
+                msg.ticket.map(|t| format!(" {t}")).unwrap_or_default(),
+                now.saturating_sub(msg.queued_at) / 1000,
+            ));
+            fx.push(Effect::Save(msg));
         }
     }
 
@@ -426,7 +471,8 @@ impl Injector {
     /// Time passed: a delivered message its slot never reported on becomes `stalled`.
     pub fn tick(&mut self, now: Millis) -> Vec<Effect> {
         let mut fx = vec![];
-        if let Some(deadline) = self.next_deadline()
+        self.expire(now, &mut fx);
+        if let Some(deadline) = self.backstop()
             && now >= deadline
             && let Phase::AwaitingAccept { msg, .. } =
                 std::mem::replace(&mut self.phase, Phase::Ready)
@@ -480,6 +526,7 @@ impl Injector {
         {
             return;
         }
+        self.expire(now, fx);
         let Some(mut msg) = self.queue.pop_front() else {
             return;
         };
@@ -768,11 +815,56 @@ mod tests {
 
     #[derive(Clone, Debug)]
     enum Ev {
-        Send,
+        /// A message, with a ticket TTL or none.
+        Send(Option<u16>),
         Status(u8),
         Tick(u16),
         /// The slot's word on the message in flight: started (true) or not (false).
         Word(bool),
+    }
+
+    /// Two messages whose tickets expired while queued behind a dialog are not pasted when it
+    /// closes: each receipt is `failed`, its note says it expired; a later one goes on.
+    #[test]
+    fn a_message_whose_ticket_expired_while_queued_is_never_pasted() {
+        let mut i = inj(10);
+        let blocked = TargetView {
+            status: Status::Blocked,
+            injectable: false,
+        };
+        i.target_status(blocked, 0);
+        for (id, ttl) in [(1, 1_000), (2, 1_500), (3, 60_000)] {
+            let mut m = msg(id);
+            m.expires_at = Some(ttl);
+            i.enqueue(m, 0).unwrap();
+        }
+        assert_eq!(i.next_deadline(), Some(1_000), "woken at the first expiry");
+        let fx = i.tick(1_000);
+        assert!(
+            matches!(&fx[..], [Effect::Save(m)] if m.id == MsgId(1) && m.state == ReceiptState::Failed
+                && m.note.as_deref().is_some_and(|n| n.starts_with("expired: its ticket t-1 expired"))),
+            "{fx:?}"
+        );
+        assert_eq!(i.next_deadline(), Some(1_500));
+        // The dialog closes after the second expired too, before any tick: still not pasted.
+        let fx = i.target_status(
+            TargetView {
+                status: Status::Idle,
+                injectable: true,
+            },
+            2_000,
+        );
+        let delivered: Vec<u64> = fx
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Deliver(m) => Some(m.id.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(delivered, vec![3]);
+        assert!(fx.iter().any(
+            |e| matches!(e, Effect::Save(m) if m.id == MsgId(2) && m.state == ReceiptState::Failed)
+        ));
     }
 
     proptest! {
@@ -782,7 +874,7 @@ mod tests {
         /// exactly one state at the end.
         #[test]
         fn fifo_and_one_per_turn(evs in proptest::collection::vec(prop_oneof![
-            Just(Ev::Send),
+            proptest::option::of(100u16..5000).prop_map(Ev::Send),
             (0u8..5).prop_map(Ev::Status),
             (0u16..1500).prop_map(Ev::Tick),
             any::<bool>().prop_map(Ev::Word),
@@ -796,9 +888,17 @@ mod tests {
             // back to a status that can take a message since then.
             let mut last: Option<(u64, bool, bool)> = None;
             let mut states: std::collections::BTreeMap<u64, ReceiptState> = Default::default();
+            let mut expiry: std::collections::BTreeMap<u64, Option<Millis>> = Default::default();
             for e in evs {
                 let fx = match e {
-                    Ev::Send => { let id = next; next += 1; i.enqueue(msg(id), now).unwrap() }
+                    Ev::Send(ttl) => {
+                        let id = next;
+                        next += 1;
+                        let mut m = msg(id);
+                        m.expires_at = ttl.map(|t| now + t as u64);
+                        expiry.insert(id, m.expires_at);
+                        i.enqueue(m, now).unwrap()
+                    }
                     Ev::Status(s) => {
                         let st = [Status::Working, Status::Idle, Status::Blocked, Status::Idle, Status::Working][s as usize];
                         status = st;
@@ -820,6 +920,7 @@ mod tests {
                     match f {
                         Effect::Deliver(m) => {
                             prop_assert!(status == Status::Idle || status == Status::Blocked);
+                            prop_assert!(expiry[&m.id.0].is_none_or(|e| now < e), "pasted after its ticket expired");
                             if let Some((_, started, back)) = last {
                                 prop_assert!(started && back, "a second paste before the first's turn ended");
                             }
@@ -830,6 +931,11 @@ mod tests {
                             if m.state == ReceiptState::Accepted {
                                 prop_assert!(last.is_some_and(|(l, s, _)| l == m.id.0 && s), "accepted without the slot's word");
                             }
+                            if m.state == ReceiptState::Failed {
+                                prop_assert!(m.note.as_deref().is_some_and(|n| n.starts_with("expired")));
+                                prop_assert!(expiry[&m.id.0].is_some_and(|e| now >= e), "expired early");
+                                prop_assert_eq!(states.get(&m.id.0), Some(&ReceiptState::Queued), "only a queued message expires");
+                            }
                             states.insert(m.id.0, m.state);
                         }
                         Effect::TurnEnded { .. } => {}
@@ -839,6 +945,10 @@ mod tests {
             let mut sorted = order.clone();
             sorted.sort();
             prop_assert_eq!(&order, &sorted, "not FIFO");
+            // Nothing queued is left past its expiry.
+            for m in i.queued() {
+                prop_assert!(m.expires_at.is_none_or(|e| now < e), "a queued message outlived its ticket");
+            }
             prop_assert_eq!(states.len() as u64, next - 1, "a message with no recorded state");
         }
     }
