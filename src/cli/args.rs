@@ -191,6 +191,12 @@ pub enum Cmd {
         /// context (how Gemini CLI and Codex members get their charter).
         #[arg(long, requires = "hook")]
         context: Option<PathBuf>,
+        /// With --context: after a resumed session start, answer the first turn's hook
+        /// (BeforeAgent, UserPromptSubmit) with the context (Gemini CLI loads a resumed
+        /// conversation after its SessionStart hook, over what the hook added; Codex replays
+        /// it from its history, so its wiring leaves this off).
+        #[arg(long, requires = "context")]
+        context_on_resume: bool,
     },
     /// The MCP server an agent's MCP config launches (stdio; forwards to the daemon).
     Mcp {

@@ -439,6 +439,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             arg,
             hook: true,
             context,
+            context_on_resume,
         } => {
             // An agent waits for its hook: bounded, and never a failure it would act on. Its
             // stdout goes to the model (Claude Code) or is parsed (Gemini CLI): nothing is
@@ -450,8 +451,13 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                 };
                 let v: Value =
                     serde_json::from_str(&payload).context("the hook payload is not JSON")?;
-                // A resumed session has its charter already (in its history).
-                let starts = v["hook_event_name"] == "SessionStart" && v["source"] != "resume";
+                // A resumed session has its charter already in its history if its CLI replays
+                // the context it was given (Codex). One that does not (Gemini CLI: it fires
+                // SessionStart before it loads the resumed conversation, which replaces what
+                // the hook added) is given it with its first turn instead, when the daemon
+                // says that turn is the first since the resume (`context_due`).
+                let event = v["hook_event_name"].as_str().unwrap_or("").to_string();
+                let starts = event == "SessionStart" && v["source"] != "resume";
                 let ack: Value = client(&sd)?
                     .post("/signal", &json!({"hook": v}))
                     .await
@@ -462,12 +468,15 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
                         fleetd_actors::sanitize::for_display(why)
                     );
                 }
-                if let (Some(file), true) = (context, starts) {
+                let owed = context_on_resume
+                    && ack["context_due"] == true
+                    && matches!(event.as_str(), "BeforeAgent" | "UserPromptSubmit");
+                if let (Some(file), true) = (context, starts || owed) {
                     let text = std::fs::read(&file)
                         .with_context(|| format!("the context file {}", file.display()))?;
                     anyhow::ensure!(text.len() <= 1 << 20, "{} is over 1 MiB", file.display());
                     let out = json!({"hookSpecificOutput": {
-                        "hookEventName": "SessionStart",
+                        "hookEventName": event,
                         "additionalContext": String::from_utf8_lossy(&text),
                     }});
                     println!("{out}");

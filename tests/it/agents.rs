@@ -920,6 +920,16 @@ async fn resume_continues_the_conversation(cli: Cli) {
         r.fail("the resumed member's request did not carry the turn from before its exit")
             .await;
     }
+    // And its charter: a resumed lead that runs without it is not the lead it was (Gemini CLI
+    // does not replay the SessionStart context it was given; fleetd gives it again).
+    let chartered = r.mock.requests().iter().any(|q| {
+        let b = q.body.to_string();
+        b.contains(&h2) && b.contains(CHARTER_MARKER)
+    });
+    if !chartered {
+        r.fail("the resumed member's request did not carry its charter")
+            .await;
+    }
     let after = r.d.member("lead").await;
     assert_eq!(after["session_id"], session, "the same session: {after}");
     r.timing(format!("resume test body {} ms", now_ms() - t_test));

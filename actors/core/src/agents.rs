@@ -370,7 +370,9 @@ fn gemini(m: &Member, user: &UserConfig) -> Wiring {
     let home = m.dir.join("gemini-home");
     let dot = home.join(".gemini");
     let settings = dot.join("settings.json");
-    let command = hook_command_with_charter(m);
+    // Gemini CLI keeps the hook's context in its session file but does not replay it on
+    // `--resume`: a resumed member is given its charter again.
+    let command = format!("{} --context-on-resume", hook_command_with_charter(m));
     let ours = json!({ "hooks": [{ "type": "command", "command": command, "name": "fleetd", "timeout": 10000 }] });
     let mut merged = user
         .settings

@@ -31,6 +31,11 @@ pub struct Report {
     /// The session id the payload names, as reported (bounded, unchecked): kept for
     /// `fleetd spawn --resume` only if `session::check` accepts it for the member's agent CLI.
     pub session_id: Option<String>,
+    /// A session start that resumed a conversation (`source: resume`): a CLI that does not give
+    /// the model the context its session start was answered with again (Gemini CLI) is given
+    /// its charter at the next turn instead (`fleetd signal --hook --context-on-resume`).
+    #[serde(default)]
+    pub resumed: bool,
 }
 
 /// `fleetd signal STATE`.
@@ -129,10 +134,12 @@ pub fn from_payload(v: &Value) -> Result<Report, FleetError> {
         "SessionEnd" | "exited" => Some(Signal::Closing),
         _ => None,
     };
+    let resumed = matches!(event, "SessionStart" | "session-start") && kind("source") == "resume";
     Ok(Report {
         event: crate::types::truncate(event, 64),
         signal,
         session_id: session(v),
+        resumed,
     })
 }
 
@@ -244,6 +251,37 @@ mod tests {
                 .unwrap();
                 assert_ne!(r.signal, Some(Signal::Question), "{ev}/{nt}");
             }
+        }
+    }
+
+    /// Only a session start that resumed a conversation says so (the charter is then owed at
+    /// the next turn, for a CLI that does not replay what its session start was given).
+    #[test]
+    fn a_resumed_session_start_is_told_apart() {
+        for (payload, resumed) in [
+            (
+                json!({"hook_event_name": "SessionStart", "source": "resume"}),
+                true,
+            ),
+            (
+                json!({"hook_event_name": "SessionStart", "source": "startup"}),
+                false,
+            ),
+            (
+                json!({"hook_event_name": "SessionStart", "source": "clear"}),
+                false,
+            ),
+            (
+                json!({"hook_event_name": "BeforeAgent", "source": "resume"}),
+                false,
+            ),
+            (json!({"hook_event_name": "SessionStart"}), false),
+        ] {
+            assert_eq!(
+                from_payload(&payload).unwrap().resumed,
+                resumed,
+                "{payload}"
+            );
         }
     }
 }

@@ -471,6 +471,7 @@ mod tests {
             cwd: Some("/work/x".into()),
             sandbox: None,
             blocked: None,
+            charter_due: false,
         }
     }
 

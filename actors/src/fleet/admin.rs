@@ -17,6 +17,7 @@ impl Fleet {
                 event: state.clone(),
                 signal: Some(crate::hooks::from_state(state)?),
                 session_id: None,
+                resumed: false,
             },
             (None, Some(payload)) => crate::hooks::from_payload(payload)?,
             _ => {
@@ -63,6 +64,31 @@ impl Fleet {
                 }
             }
         }
+        // A resumed session owes its charter to a CLI that does not replay the context it was
+        // given at the start (the hook wiring decides whether to act on it); the first turn
+        // after it takes it.
+        let due = match (&report.signal, report.resumed) {
+            (_, true) => Some(true),
+            (Some(crate::slot::state::Signal::TurnStarted { .. }), false) => Some(false),
+            _ => None,
+        };
+        let mut context_due = false;
+        if let Some(due) = due
+            && let Ok(r) = self.registry().await
+        {
+            let was = r
+                .call(
+                    |reply| RegistryMsg::CharterDue {
+                        name: m.name.clone(),
+                        due,
+                        reply,
+                    },
+                    CALL,
+                )
+                .await
+                .unwrap_or(false);
+            context_due = was && !due;
+        }
         let signal = report.signal.clone();
         if let Some(signal) = signal {
             let slot = self.slot(&m.name).await.ok_or_else(|| {
@@ -77,6 +103,7 @@ impl Fleet {
             signal: report.signal.as_ref().map(|s| s.name().to_string()),
             session_id,
             session_refused,
+            context_due,
         })
     }
 

@@ -199,6 +199,7 @@ impl Fleet {
                 crate::sandbox::Decision::Unconfined { .. } => None,
             },
             blocked: None,
+            charter_due: false,
         };
         let pid = handle.pid;
         let rec2 = record.clone();

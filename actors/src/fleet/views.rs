@@ -106,6 +106,10 @@ pub struct SignalAck {
     /// Why the session id the report named was not kept (not in the member's CLI's format).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_refused: Option<String>,
+    /// The turn that starts now is the first since the member's session was resumed: a hook
+    /// wired with `--context-on-resume` answers it with the charter.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub context_due: bool,
 }
 
 /// A message's delivery receipt.

@@ -52,6 +52,13 @@ pub enum RegistryMsg {
         name: MemberName,
         id: String,
     },
+    /// Its charter is owed at its next turn (due), or was given (not due); answers whether it
+    /// was due before.
+    CharterDue {
+        name: MemberName,
+        due: bool,
+        reply: RpcReplyPort<bool>,
+    },
     Members {
         reply: RpcReplyPort<Vec<MemberRecord>>,
     },
@@ -270,6 +277,16 @@ impl Actor for RegistryActor {
                 blocked,
             } => {
                 st.core.set_status(&name, status, blocked, now);
+            }
+            RegistryMsg::CharterDue { name, due, reply } => {
+                let was = st.core.member(&name).is_some_and(|m| m.charter_due);
+                if st.core.set_charter_due(&name, due)
+                    && let Some(rec) = st.core.member(&name).cloned()
+                    && let Err(e) = st.ctx.store.run(move |s| s.save_member(&rec)).await
+                {
+                    tracing::error!(error = %e, "could not persist the member's charter debt");
+                }
+                let _ = reply.send(was);
             }
             RegistryMsg::Session { name, id } => {
                 if st.core.set_session(&name, &id)

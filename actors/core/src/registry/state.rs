@@ -58,6 +58,10 @@ pub struct MemberRecord {
     /// While `blocked`: why, and the screen's last lines then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked: Option<Blocked>,
+    /// Its session was resumed and its charter is owed at its next turn (a CLI that does not
+    /// replay the context its resumed session start was given: Gemini CLI).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub charter_due: bool,
 }
 
 /// Why a member is blocked, as its slot read it.
@@ -529,6 +533,18 @@ impl Registry {
         }
     }
 
+    /// Whether `name`'s charter is owed at its next turn (see [`MemberRecord::charter_due`]);
+    /// true when this changed it.
+    pub fn set_charter_due(&mut self, name: &MemberName, due: bool) -> bool {
+        match self.members.get_mut(name) {
+            Some(m) if m.is_live() && m.charter_due != due => {
+                m.charter_due = due;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Withdraw a queued spawn (its caller went away).
     pub fn cancel_waiter(&mut self, waiter: u64) {
         for q in self.waiters.values_mut() {
@@ -763,6 +779,7 @@ mod tests {
             cwd: None,
             sandbox: None,
             blocked: None,
+            charter_due: false,
         }
     }
 
