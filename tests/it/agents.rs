@@ -936,6 +936,71 @@ async fn resume_continues_the_conversation(cli: Cli) {
     r.summary("resume");
 }
 
+/// A turn whose model answer is held 30 s (a slow or thinking model: nothing streams) is still
+/// a turn: the member is never read idle in it, and the message queued meanwhile is pasted only
+/// after the turn ended (the mock's last answer of it), exactly once.
+async fn a_long_turn_holds_the_queue(cli: Cli) {
+    let Some(mut r) = Rig::new(cli).await else {
+        return;
+    };
+    r.start("lead", "primary").await;
+    let (t1, sent1) = r
+        .send("lead", "FLEET-HOLD-AFTER-TOOL FLEET-HOLD-30s Who are you?")
+        .await;
+    let tt = t1.clone();
+    let accepted = r
+        .wait(&format!("{t1} accepted"), TURN, |e| {
+            is_receipt(e, &tt, "accepted")
+        })
+        .await;
+    let (t2, _) = r.send("lead", "And now?").await;
+    let t2b = t2.clone();
+    let delivered = r
+        .wait(
+            &format!("{t2} delivered"),
+            TURN + Duration::from_secs(30),
+            |e| is_receipt(e, &t2b, "delivered"),
+        )
+        .await;
+    let ended = r.mock.turn_ended_ms(cli.api(), &header(&t1));
+    // Every `idle` between the first turn's start and the paste came after that turn ended.
+    let idle_in_turn: Vec<String> = r
+        .seen
+        .iter()
+        .filter(|e| {
+            e.seq > accepted.seq
+                && e.seq < delivered.seq
+                && is_status(e, "lead", "idle")
+                && ended.is_none_or(|end| e.at < end)
+        })
+        .map(|e| format!("{e:?}"))
+        .collect();
+    match ended {
+        Some(end) if delivered.at >= end && idle_in_turn.is_empty() => {}
+        _ => {
+            r.fail(&format!(
+                "{t2} was pasted into the held turn of {t1}: delivered at {}, the turn ended at {ended:?} (sent {sent1}); idle events before it: {idle_in_turn:?}",
+                delivered.at
+            ))
+            .await
+        }
+    }
+    r.turn_timings("lead", &t2, delivered.at).await;
+    let t2c = t2.clone();
+    r.wait(&format!("{t2} replied"), TURN, |e| {
+        is_ticket(e, &t2c, "replied")
+    })
+    .await;
+    let pasted = r.count(|e| is_receipt(e, &t2, "delivered"));
+    assert_eq!(pasted, 1, "{t2} pasted {pasted} times");
+    r.timing(format!(
+        "held turn: accepted {} ms after send, {t2} delivered {} ms after the turn's last answer",
+        accepted.at as i64 - sent1 as i64,
+        delivered.at as i64 - ended.unwrap_or(0) as i64
+    ));
+    r.summary("hold");
+}
+
 /// A message queued while a permission dialog shows is held (its receipt stays `queued`) and
 /// delivered after the operator answers the dialog (Enter through the input API).
 async fn permission_holds_the_queue(cli: Cli) {
@@ -1054,6 +1119,26 @@ async fn permission_holds_the_queue(cli: Cli) {
     }
     r.timing(format!("permission test body {} ms", now_ms() - t_test));
     r.summary("permission");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_a_long_turn_holds_the_queue() {
+    a_long_turn_holds_the_queue(Cli::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_a_long_turn_holds_the_queue() {
+    a_long_turn_holds_the_queue(Cli::Codex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_a_long_turn_holds_the_queue() {
+    a_long_turn_holds_the_queue(Cli::Gemini).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_a_long_turn_holds_the_queue() {
+    a_long_turn_holds_the_queue(Cli::Opencode).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

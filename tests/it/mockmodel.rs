@@ -19,7 +19,8 @@
 //! `fleet_reply {ticket: the t-N of the prompt's header, message: "whoami: " + the first line of
 //! the result}`; that result -> the text `done.`. A prompt with `FLEET-PERMISSION` asks for a
 //! shell command that needs approval (then `done.`); one with `FLEET-TEXT` answers `done.` at
-//! once. Requests without tools (titles, summaries, classifiers) get a short text or a JSON
+//! once. A prompt with `FLEET-HOLD-Ns` holds the turn's first answer N seconds more (a slow or
+//! thinking model: nothing streams meanwhile). Requests without tools (titles, summaries, classifiers) get a short text or a JSON
 //! object shaped by their schema.
 //!
 //! Every request is kept (API, path, JSON body, what was answered, when), and waiters are woken
@@ -321,6 +322,17 @@ fn truncate(s: &str, n: usize) -> String {
     } else {
         s.chars().take(n).collect::<String>() + "…"
     }
+}
+
+/// `FLEET-HOLD-Ns` in a prompt: hold its first answer N seconds (at most 120).
+fn hold_secs(prompt: &str) -> Option<u64> {
+    prompt.match_indices("FLEET-HOLD-").find_map(|(at, m)| {
+        let digits: String = prompt[at + m.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok().map(|s| s.min(120))
+    })
 }
 
 /// Where a conversation stands, read from one request.
@@ -1144,6 +1156,11 @@ async fn handle(
             rec.final_text = matches!(step, Step::Text(_));
             rec.answer = step.describe();
             tokio::time::sleep(inner.delay).await;
+            if let Some(secs) = hold_secs(&t.prompt)
+                && (matches!(t.last, Last::Prompt) != t.prompt.contains("FLEET-HOLD-AFTER-TOOL"))
+            {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+            }
             match api {
                 Api::Anthropic => anthropic_answer(&step, &model, stream),
                 Api::Responses => responses_answer(&step),

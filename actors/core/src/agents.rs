@@ -710,7 +710,9 @@ mod tests {
         assert_eq!(after.len(), 2, "the user's hook stays: {after:?}");
         let cmd = after[1]["hooks"][0]["command"].as_str().unwrap();
         assert!(
-            cmd.ends_with("signal --hook --context /var/lib/fleetd/charters/w1.md"),
+            cmd.ends_with(
+                "signal --hook --context /var/lib/fleetd/charters/w1.md --context-on-resume"
+            ),
             "{cmd}"
         );
         assert_eq!(
